@@ -1,0 +1,124 @@
+"""The adapter contract: what autotune needs to know about one trainer.
+
+An adapter turns the study's params (``quantization``, ``optimizer``,
+``batch_size``, ``gradient_checkpointing``, or the trainer's own knob set) plus a
+derived gradient accumulation into the trainer's own config and launch command,
+and reads the trainer's own numbers back.
+
+Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
+- ``render`` is pure apart from writing files under ``trial_dir``; it never touches
+  the baseline file and never writes outside the trial folder.
+- ``read_metrics`` never raises on a missing, truncated or garbage log: it returns
+  what it could read (possibly an empty ``TrialMetrics``).
+- ``baseline_params`` reads the knob values the baseline config already has, so the
+  sweep can start from the trainer's own choice.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from autotune.errors import UnknownTrainerError
+from autotune.launch import LaunchSpec
+from autotune.metrics import TrialMetrics
+
+Params = Mapping[str, Any]
+
+
+@dataclass
+class Baseline:
+    """The config a sweep starts from: the trainer's shipped config (paths patched) or the user's.
+
+    ``text`` is the file as written, comments included, so a winning config can be
+    written back in the trainer's own format with only the knobs changed.
+    """
+
+    trainer: str
+    text: str
+    data: dict[str, Any]
+    path: Path | None = None
+    num_gpus: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TrainerAdapter(ABC):
+    """One trainer. Subclasses set ``name`` and register themselves with ``@register``."""
+
+    name: ClassVar[str]
+    #: File under ``configs/knobs/`` that lists this trainer's knobs, saving -> hungry.
+    knob_file: ClassVar[str]
+
+    @abstractmethod
+    def load_baseline(self, config: Path | None) -> Baseline:
+        """Read the config to sweep from (``None``: the adapter's own default, if it has one)."""
+
+    @abstractmethod
+    def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
+        """The knob values the baseline already has, plus ``gradient_accumulation_steps``."""
+
+    @abstractmethod
+    def render(
+        self,
+        baseline: Baseline,
+        params: Params,
+        *,
+        gradient_accumulation_steps: int,
+        steps: int,
+        trial_dir: Path,
+    ) -> LaunchSpec:
+        """Write the trial's config under ``trial_dir`` and return how to launch it."""
+
+    @abstractmethod
+    def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
+        """Read what the trial reported (``output``: its stdout and stderr text)."""
+
+    @abstractmethod
+    def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
+        """The winning config in the trainer's own format: the baseline with only the knobs changed."""
+
+    @abstractmethod
+    def training_command(self, config_path: Path) -> str:
+        """The shell command that runs the full training with ``config_path``."""
+
+
+_REGISTRY: dict[str, Callable[..., TrainerAdapter]] = {}
+
+
+def register(cls: type[TrainerAdapter]) -> type[TrainerAdapter]:
+    """Class decorator: make an adapter reachable by its ``name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def adapter_names() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def get_adapter(name: str, **options: Any) -> TrainerAdapter:
+    """The adapter called ``name``; an unknown name is a usage error that lists the known ones."""
+    _load_builtins()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "(none)"
+        raise UnknownTrainerError(
+            f"unknown trainer {name!r}; known trainers: {known}. Pick one with --trainer NAME."
+        ) from None
+    return factory(**options)
+
+
+def _load_builtins() -> None:
+    """Import the built-in adapters so their ``@register`` runs (lazily: no import cycles)."""
+    import importlib
+
+    for module in ("ltx2", "sana", "command", "reference"):
+        try:
+            importlib.import_module(f"autotune.trainers.{module}")
+        except ModuleNotFoundError as exc:  # an adapter not written yet
+            if exc.name != f"autotune.trainers.{module}":
+                raise

@@ -1,0 +1,45 @@
+"""Parsing of the CLI's units: durations (``90s``, ``20m``, ``8h``, ``1h30m``, bare seconds)."""
+
+from __future__ import annotations
+
+import re
+
+from autotune.errors import UsageError
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``; raises ``UsageError`` naming the accepted forms."""
+    s = text.strip().lower()
+    try:
+        value = float(s)
+    except ValueError:
+        value = -1.0
+        pos = 0
+        total = 0.0
+        for m in _PART.finditer(s):
+            if m.start() != pos:
+                break
+            total += float(m.group(1)) * _UNIT_S[m.group(2)]
+            pos = m.end()
+        if s and pos == len(s):
+            value = total
+        else:
+            raise UsageError(
+                f"invalid duration {text!r}: write it like 90s, 20m, 8h or 1h30m (a bare number is seconds)"
+            ) from None
+    if value <= 0:
+        raise UsageError(f"invalid duration {text!r}: it must be more than zero")
+    return value
+
+
+def format_duration(seconds: float) -> str:
+    """``3725`` -> ``1h02m05s``; short durations keep a decimal."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    s = round(seconds)
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"

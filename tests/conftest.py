@@ -1,0 +1,21 @@
+"""Shared test helpers. Fixtures from ``../shared/`` are read in place, never copied."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_LTX2 = REPO.parent / "shared" / "fixtures" / "ltx2"
+FAKES = Path(__file__).resolve().parent / "fakes"
+IN_CI = os.environ.get("CI") == "true"
+
+
+@pytest.fixture
+def ltx2_fixtures() -> Path:
+    """The real LTX-2 trainer configs beside the checkout; skip where they are absent."""
+    if not SHARED_LTX2.is_dir():
+        pytest.skip(f"LTX-2 fixture configs not found at {SHARED_LTX2}")
+    return SHARED_LTX2

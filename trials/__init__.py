@@ -1,0 +1,1 @@
+"""Code that runs INSIDE a trial subprocess. Imports torch; never imports ``autotune``."""
