@@ -1,0 +1,229 @@
+"""Reading and editing YAML configs: safe loading, errors with line and column, and
+round-trip edits that keep the file's comments (people read them).
+
+Plain data: ``load_yaml``. Edits of a trainer's own file: ``RoundTripConfig``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from autotune.errors import ConfigError
+
+
+def load_yaml(text: str, source: str = "<config>") -> Any:
+    """Parse ``text`` with the safe loader; a syntax error names ``source``, line and column."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError(f"{where}: YAML syntax error: {problem}. Fix the file and run again.") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: YAML error: {exc}") from None
+
+
+def load_yaml_file(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    return load_yaml(text, str(path))
+
+
+def dotted_items(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Leaves of a nested mapping as ``("section.key", value)`` pairs (lists are leaves)."""
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from dotted_items(value, path + ".")
+        else:
+            yield path, value
+
+
+class RoundTripConfig:
+    """A YAML document edited as text: every line you do not set stays byte for byte.
+
+    Load it with ``from_text``, change leaves with ``set("section.key", value)``,
+    write it with ``dump()``. Positions come from ruamel's round-trip parser; the
+    edit replaces only the value (an inline comment after it survives). A key that
+    is missing is added at the end of its section; a missing section at the end.
+    """
+
+    def __init__(self, text: str, source: str) -> None:
+        self._text = text
+        self.source = source
+        self._doc = self._parse(text)
+
+    @classmethod
+    def from_text(cls, text: str, source: str = "<config>") -> RoundTripConfig:
+        return cls(text, source)
+
+    def _parse(self, text: str) -> CommentedMap:
+        load_yaml(text, self.source)  # syntax errors get the same clear message as plain loads
+        doc = _rt().load(text)
+        if doc is None:
+            return CommentedMap()
+        if not isinstance(doc, CommentedMap):
+            raise ConfigError(f"{self.source}: expected a mapping of sections at the top of the file")
+        return doc
+
+    def get(self, dotted: str, default: Any = None) -> Any:
+        node: Any = self._doc
+        for part in dotted.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def has(self, dotted: str) -> bool:
+        sentinel = object()
+        return self.get(dotted, sentinel) is not sentinel
+
+    def set(self, dotted: str, value: Any) -> None:
+        """Set a leaf to a scalar or a flow list/map, creating missing sections."""
+        lines = self._text.splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        parts = dotted.split(".")
+        # Find the deepest existing section on the path.
+        node: Any = self._doc
+        depth = 0
+        for part in parts[:-1]:
+            child = node.get(part) if isinstance(node, Mapping) else None
+            if child is None:
+                break
+            if not isinstance(child, CommentedMap):
+                raise ConfigError(f"{self.source}: cannot set {dotted}: {part!r} is not a section")
+            node, depth = child, depth + 1
+        rendered = _flow(value)
+        if depth == len(parts) - 1 and parts[-1] in node:
+            lines = _replace_value(lines, node, parts[-1], rendered)
+        else:
+            missing = parts[depth:]
+            indent = _child_indent(node, lines) if depth else 0
+            new = []
+            for i, part in enumerate(missing[:-1]):
+                new.append(" " * (indent + 2 * i) + f"{part}:\n")
+            new.append(" " * (indent + 2 * (len(missing) - 1)) + f"{missing[-1]}: {rendered}\n")
+            at = _block_end(node, lines) if depth else len(lines)
+            if not depth and lines and lines[-1].strip():
+                new.insert(0, "\n")
+            lines[at:at] = new
+        self._text = "".join(lines)
+        self._doc = self._parse(self._text)
+
+    def to_plain(self) -> Any:
+        """The document as plain dicts and lists (for validation and hashing)."""
+        return load_yaml(self._text, self.source)
+
+    def dump(self) -> str:
+        return self._text
+
+
+def _rt() -> YAML:
+    return YAML(typ="rt")
+
+
+def _flow(value: Any) -> str:
+    """One-line YAML for a value (``null``, ``true``, ``4``, ``"text"``, ``[]``)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+
+
+def _replace_value(lines: list[str], parent: CommentedMap, key: str, rendered: str) -> list[str]:
+    key_line, key_col = parent.lc.key(key)
+    old = parent[key]
+    if (isinstance(old, (Mapping, list)) and old and not getattr(old, "fa", None)) or _is_block(old):
+        # A block value: drop its lines (deeper-indented than the key), put the flow value inline.
+        end = key_line + 1
+        while end < len(lines):
+            stripped = lines[end].strip()
+            indent = len(lines[end]) - len(lines[end].lstrip())
+            if stripped and indent <= key_col and not (stripped.startswith("- ") and indent == key_col):
+                break
+            if not stripped or indent > key_col or stripped.startswith("-"):
+                end += 1
+                continue
+            break
+        # Keep trailing blank and comment lines that belong to what follows.
+        while end > key_line + 1 and (not lines[end - 1].strip() or lines[end - 1].strip().startswith("#")):
+            if (
+                lines[end - 1].strip().startswith("#")
+                and len(lines[end - 1]) - len(lines[end - 1].lstrip()) > key_col
+            ):
+                break
+            end -= 1
+        head = lines[key_line]
+        colon = head.index(":", key_col)
+        comment = _inline_comment(head[colon + 1 :])
+        lines[key_line:end] = [f"{head[: colon + 1]} {rendered}{comment}\n"]
+        return lines
+    line_no, col = parent.lc.value(key)
+    if line_no != key_line:  # the scalar sits on its own line: fold it back onto the key's line
+        head = lines[key_line]
+        colon = head.index(":", key_col)
+        lines[key_line : line_no + 1] = [f"{head[: colon + 1]} {rendered}\n"]
+        return lines
+    line = lines[key_line]
+    rest = line[col:]
+    comment = _inline_comment(rest)
+    lines[key_line] = f"{line[:col]}{rendered}{comment}\n"
+    return lines
+
+
+def _is_block(value: Any) -> bool:
+    fa = getattr(value, "fa", None)
+    return isinstance(value, (Mapping, list)) and fa is not None and not fa.flow_style() and len(value) > 0
+
+
+def _inline_comment(rest: str) -> str:
+    """The ``  # comment`` part of a line's tail, if any (outside quotes)."""
+    quote = ""
+    for i, ch in enumerate(rest):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#" and i > 0 and rest[i - 1] in " \t":
+            j = i
+            while j > 0 and rest[j - 1] in " \t":
+                j -= 1
+            return rest[j:].rstrip("\n")
+    return ""
+
+
+def _child_indent(section: CommentedMap, lines: list[str]) -> int:
+    if section:
+        first = next(iter(section))
+        return int(section.lc.key(first)[1])
+    return 2
+
+
+def _block_end(section: CommentedMap, lines: list[str]) -> int:
+    """Line index just after the last key of ``section`` and its value."""
+    if not section:
+        return len(lines)
+    last = list(section)[-1]
+    key_line, key_col = section.lc.key(last)
+    end = key_line + 1
+    while end < len(lines):
+        stripped = lines[end].strip()
+        indent = len(lines[end]) - len(lines[end].lstrip())
+        if stripped and not stripped.startswith("#") and indent < key_col:
+            break
+        if stripped and not stripped.startswith("#") and indent == key_col and not stripped.startswith("-"):
+            break
+        end += 1
+    while end > key_line + 1 and (not lines[end - 1].strip() or lines[end - 1].strip().startswith("#")):
+        end -= 1
+    return end
