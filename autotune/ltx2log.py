@@ -99,8 +99,14 @@ class Ltx2Log:
 
 
 def logical_lines(text: str) -> dict[int | None, list[str]]:
-    """Output split per rank into logical lines, Rich's prefixes, suffixes and wrapping undone."""
+    """Output split per rank into logical lines, Rich's prefixes, suffixes and wrapping undone.
+
+    The rank prefix may come before the level column (accelerate's) or inside the
+    message (a logger's format); a continuation line without one belongs to the
+    record above it.
+    """
     streams: dict[int | None, list[str]] = {}
+    last: int | None = None
     for raw in re.split(r"\r\n|\r|\n", text):
         line = _ANSI.sub("", raw).rstrip()
         rank: int | None = None
@@ -108,19 +114,27 @@ def logical_lines(text: str) -> dict[int | None, list[str]]:
         if m:
             rank = int(m.group(1))
             line = line[m.end() :]
-        lines = streams.setdefault(rank, [])
         if not line.strip():
-            lines.append("")
+            streams.setdefault(rank, []).append("")
             continue
         level = _LEVEL.match(line)
         if level:
-            line = line[level.end() :]
-            lines.append(_SUFFIX.sub("", line).strip())
-        elif line.startswith(" " * _CONTINUATION_INDENT) and lines and lines[-1]:
+            message = line[level.end() :]
+            inner = _RANK.match(message)
+            if inner:
+                rank = int(inner.group(1))
+                message = message[inner.end() :]
+            streams.setdefault(rank, []).append(_SUFFIX.sub("", message).strip())
+            last = rank
+            continue
+        target = rank if m else last
+        lines = streams.setdefault(target, [])
+        if line.startswith(" " * _CONTINUATION_INDENT) and lines and lines[-1]:
             # Rich's continuation of a wrapped message: indented under the message column.
             lines[-1] = f"{lines[-1]} {_SUFFIX.sub('', line).strip()}"
         else:
-            lines.append(line.strip())
+            streams.setdefault(rank, []).append(line.strip())
+            last = rank
     return streams
 
 
