@@ -170,8 +170,11 @@ class Ltx2Adapter(TrainerAdapter):
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         """A baseline from YAML text (a plan held in memory, say); the text is kept verbatim."""
         source = str(path) if path else "<config>"
-        RoundTripConfig.from_text(text, source)  # a mapping of sections, or a clear error
-        data = load_yaml(text, source) or {}
+        data = load_yaml(text, source)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: expected a mapping of sections (model:, optimization:, ...) at the top")
         return Baseline(trainer=self.name, text=text, data=data, path=path)
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
@@ -241,6 +244,8 @@ class Ltx2Adapter(TrainerAdapter):
             if not cfg.has(key) or not same_value(cfg.get(key), value):
                 cfg.set(key, value)
         for key, value in short_run_recipe(steps, trial_dir):
+            if cfg.has(key) and same_value(cfg.get(key), value):
+                continue  # already so: each edit re-parses the file, and the line stays as written
             if self.create_missing_sections or "." not in key or cfg.has(key.rsplit(".", 1)[0]):
                 cfg.set(key, value)
         trial_dir.mkdir(parents=True, exist_ok=True)
