@@ -143,10 +143,12 @@ class CommandAdapter(TrainerAdapter):
             text = Path(config).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read config file {config}: {exc.strerror or exc}") from None
-        RoundTripConfig.from_text(text, str(config))
-        return Baseline(
-            trainer=self.name, text=text, data=load_yaml(text, str(config)) or {}, path=Path(config)
-        )
+        data = load_yaml(text, str(config))
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{config}: expected a mapping at the top of the config")
+        return Baseline(trainer=self.name, text=text, data=data, path=Path(config))
 
     def _keys(self, baseline: Baseline) -> dict[str, str]:
         if self.config_keys is not None:
