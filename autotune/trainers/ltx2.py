@@ -174,7 +174,9 @@ class Ltx2Adapter(TrainerAdapter):
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise ConfigError(f"{source}: expected a mapping of sections (model:, optimization:, ...) at the top")
+            raise ConfigError(
+                f"{source}: expected a mapping of sections (model:, optimization:, ...) at the top"
+            )
         return Baseline(trainer=self.name, text=text, data=data, path=path)
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
