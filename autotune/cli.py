@@ -61,13 +61,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_probe(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("probe", help="list the GPUs, their memory and the VRAM tier")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p = sub.add_parser(
+        "probe",
+        help="list the GPUs, their memory and the VRAM tier",
+        description=(
+            "List the GPUs this process can use (NVML, honouring CUDA_VISIBLE_DEVICES by index or UUID), "
+            "their memory and driver, and the VRAM tier of the smallest card, which decides the baseline. "
+            "No driver or no GPU is a normal answer (exit 0): plan for a card with 'autotune plan --vram-gb N', "
+            "or run the CPU demo with 'autotune sweep'."
+        ),
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object instead of text (keys include "available", "gpus", "tier", "vram_gb")',
+    )
     p.set_defaults(handler=_cmd_probe)
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    raise UsageError("'autotune probe' is not implemented yet")
+    import json
+
+    from autotune.probe import probe
+
+    result = probe()
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.render_text())
+    return EXIT_OK
 
 
 # --- plan --------------------------------------------------------------------------------------
@@ -149,6 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `autotune probe | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except AutotuneError as exc:
         if debug:
             traceback.print_exc()
