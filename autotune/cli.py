@@ -135,22 +135,22 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="another shipped config by name instead of the tier's (e.g. i2v_lora), or a path to your own YAML",
     )
-    p.add_argument("--model", type=Path, metavar="FILE", help="local model checkpoint (.safetensors, no URL)")
+    p.add_argument("--model", type=str, metavar="FILE", help="local model checkpoint (.safetensors, no URL)")
     p.add_argument(
         "--text-encoder",
-        type=Path,
+        type=str,
         metavar="PATH",
         help="local Gemma text encoder directory (or packed .safetensors)",
     )
     p.add_argument(
         "--data",
-        type=Path,
+        type=str,
         metavar="DIR",
         help="preprocessed dataset folder (with latents/, conditions/, ...)",
     )
     p.add_argument(
         "--output-dir",
-        type=Path,
+        type=str,
         metavar="DIR",
         help="where training writes checkpoints (default: the shipped output_dir, made absolute)",
     )

@@ -187,10 +187,10 @@ def make_plan(
     vram_gb: float | None = None,
     gpus: int | None = None,
     config: str | None = None,
-    model: Path | None = None,
-    text_encoder: Path | None = None,
-    data: Path | None = None,
-    output_dir: Path | None = None,
+    model: str | Path | None = None,
+    text_encoder: str | Path | None = None,
+    data: str | Path | None = None,
+    output_dir: str | Path | None = None,
     force: bool = False,
     output: Path | None = None,
     open_nvml: Callable[[], Nvml] | None = None,
@@ -416,7 +416,7 @@ def _package_dir(trainer_dir: Path | None, cwd: Path) -> Path:
     )
 
 
-def _patch_paths(plan: Plan, rt: RoundTripConfig, given: dict[str, Path | None], cwd: Path) -> None:
+def _patch_paths(plan: Plan, rt: RoundTripConfig, given: Mapping[str, str | Path | None], cwd: Path) -> None:
     for name, dotted in PATH_KEYS.items():
         value = given[name]
         if value is None:
@@ -435,7 +435,7 @@ def _patch_paths(plan: Plan, rt: RoundTripConfig, given: dict[str, Path | None],
                 f"{_FLAGS[name]} {text}: a URL; the LTX-2 trainer loads local files only. "
                 "Download it first and pass the local path."
             )
-        path = _abs(value, cwd)
+        path = _abs(Path(value), cwd)
         _check_path(name, path, rt)
         rt.set(dotted, str(path))
         plan.patched[dotted] = str(path)
