@@ -23,6 +23,7 @@ from autotune.nvml import Nvml
 from autotune.probe import probe
 from autotune.schema import check_keys
 from autotune.tiers import TierInfo, classify
+from autotune.trainers.base import Baseline
 from autotune.yamlconf import RoundTripConfig
 
 #: Trainers whose baselines ``plan`` knows. Other adapters take the user's own config.
@@ -111,6 +112,27 @@ class Plan:
             return {}
         plain = RoundTripConfig.from_text(self.text, str(self.source_path)).to_plain()
         return plain if isinstance(plain, dict) else {}
+
+    def to_baseline(self) -> Baseline:
+        """The adapters' ``Baseline``: the planned text, its data, and the plan's facts in ``extra``."""
+        if self.text is None:
+            raise UsageError("this plan has no config to sweep from: give --trainer-dir (or --config FILE)")
+        return Baseline(
+            trainer=self.trainer,
+            text=self.text,
+            data=self.data(),
+            path=self.output_path if self.written else self.source_path,
+            num_gpus=self.num_gpus,
+            extra={
+                "tier": self.tier.tier,
+                "vram_gb": self.vram_gb,
+                "relax": self.tier.relax,
+                "source_path": str(self.source_path) if self.source_path else None,
+                "package_dir": str(self.package_dir) if self.package_dir else None,
+                "launch_mode": self.launch.mode if self.launch else "single",
+                "target_effective_batch": self.target_effective_batch,
+            },
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

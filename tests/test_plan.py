@@ -337,3 +337,17 @@ def test_reference_baselines(tmp_path: Path) -> None:
         plan = make_plan(trainer="reference", vram_gb=vram, output=tmp_path / "p.yaml")
         assert plan.source_path is not None and plan.source_path.name == f"{kind}.yaml"
         assert plan.launch is not None and "trials.reference" in plan.launch.command
+
+
+def test_plan_as_adapter_baseline(checkout: Path, tmp_path: Path) -> None:
+    from autotune.plan import write_plan
+
+    plan = make_plan(trainer_dir=checkout, vram_gb=48, gpus=2, output=tmp_path / "p.yaml")
+    write_plan(plan)
+    b = plan.to_baseline()
+    assert b.trainer == "ltx2" and b.path == tmp_path / "p.yaml" and b.num_gpus == 2
+    assert b.text == (tmp_path / "p.yaml").read_text()
+    assert b.data["acceleration"]["quantization"] == "int8-quanto"
+    assert b.extra["tier"] == "40-60GB" and b.extra["relax"] is True and b.extra["launch_mode"] == "ddp"
+    with pytest.raises(UsageError, match="--trainer-dir"):
+        make_plan(vram_gb=48).to_baseline()
