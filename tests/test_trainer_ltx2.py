@@ -161,55 +161,21 @@ def _checkout(tmp_path: Path) -> Path:
     return pkg
 
 
+UV_ACCELERATE = ["uv", "run", "accelerate", "launch"]
+PY_ACCELERATE = ["/venv/bin/python", "-m", "accelerate.commands.launch"]
+DDP = ["--config_file", "configs/accelerate/ddp.yaml"]
+FSDP = ["--config_file", "configs/accelerate/fsdp.yaml"]
+TWO = ["--num_processes", "2"]
+
+
 @pytest.mark.parametrize(
     ("mode", "options", "expected_head"),
     [
-        (
-            "lora",
-            {},
-            [
-                "uv",
-                "run",
-                "accelerate",
-                "launch",
-                "--num_processes",
-                "2",
-                "--config_file",
-                "configs/accelerate/ddp.yaml",
-            ],
-        ),
-        (
-            "full",
-            {},
-            [
-                "uv",
-                "run",
-                "accelerate",
-                "launch",
-                "--num_processes",
-                "2",
-                "--config_file",
-                "configs/accelerate/fsdp.yaml",
-            ],
-        ),
-        (
-            "lora",
-            {"accelerate_config": "none"},
-            ["uv", "run", "accelerate", "launch", "--num_processes", "2"],
-        ),
-        (
-            "lora",
-            {"launcher": ["/venv/bin/python"]},
-            [
-                "/venv/bin/python",
-                "-m",
-                "accelerate.commands.launch",
-                "--num_processes",
-                "2",
-                "--config_file",
-                "configs/accelerate/ddp.yaml",
-            ],
-        ),
+        ("lora", {}, [*UV_ACCELERATE, *DDP, *TWO]),
+        ("full", {}, [*UV_ACCELERATE, *FSDP, *TWO]),
+        ("lora", {"accelerate_config": "none"}, [*UV_ACCELERATE, "--multi_gpu", *TWO]),
+        ("lora", {"accelerate_config": "fsdp"}, [*UV_ACCELERATE, *FSDP, *TWO]),
+        ("lora", {"launcher": ["/venv/bin/python"]}, [*PY_ACCELERATE, *DDP, *TWO]),
     ],
 )
 def test_launch_line_several_gpus(
@@ -380,3 +346,14 @@ def test_fake_trainer_nan_and_truncated_run(tmp_path: Path) -> None:
     metrics = adapter.read_metrics(tmp_path / "t", done.stdout + done.stderr)
     assert metrics.nan_loss and len(metrics.step_times_s) == 3
     assert metrics.trainer_peak_vram_gb is None  # no statistics block
+
+
+def test_a_plans_baseline_names_the_package_and_launch_mode(tmp_path: Path) -> None:
+    pkg = _checkout(tmp_path)
+    adapter = get_adapter("ltx2")
+    baseline = adapter.baseline_from_text("optimization:\n  batch_size: 1\n")
+    baseline.extra.update(package_dir=str(pkg), launch_mode="fsdp")
+    baseline.num_gpus = 4
+    spec = adapter.render(baseline, {}, gradient_accumulation_steps=1, steps=20, trial_dir=tmp_path / "t")
+    assert spec.cwd == pkg.resolve()
+    assert list(spec.argv[:8]) == [*UV_ACCELERATE, *FSDP, "--num_processes", "4"]

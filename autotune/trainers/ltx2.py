@@ -276,11 +276,10 @@ class Ltx2Adapter(TrainerAdapter):
         gpus = max(1, baseline.num_gpus)
         if gpus == 1:
             return [*self.python_launcher(), *script]
-        argv = [*self.accelerate_launcher(), "--num_processes", str(gpus)]
+        argv = self.accelerate_launcher()
         accel = self._accelerate_config_file(baseline)
-        if accel:
-            argv += ["--config_file", accel]
-        return argv + self.accelerate_script_argv(script)
+        argv += ["--config_file", accel] if accel else ["--multi_gpu"]
+        return [*argv, "--num_processes", str(gpus), *self.accelerate_script_argv(script)]
 
     def script_argv(self, config_path: Path) -> list[str]:
         return [TRAIN_SCRIPT, str(config_path)]
@@ -298,6 +297,8 @@ class Ltx2Adapter(TrainerAdapter):
 
     def _accelerate_config_file(self, baseline: Baseline) -> str | None:
         choice = self.accelerate_config
+        if choice is None and baseline.extra.get("launch_mode") in ("ddp", "fsdp"):
+            choice = str(baseline.extra["launch_mode"])  # what ``autotune plan`` chose
         if choice is None:
             choice = "fsdp" if get_dotted(baseline.data, "model.training_mode", "lora") == "full" else "ddp"
         if choice in ("none", ""):
@@ -323,9 +324,9 @@ class Ltx2Adapter(TrainerAdapter):
                 f"no LTX-2 trainer at {self.trainer_dir}: expected {TRAIN_SCRIPT} or "
                 f"{TRAINER_SUBDIR}/{TRAIN_SCRIPT} there. Point --trainer-dir at your LTX-2 checkout."
             )
-        extra_dir = baseline.extra.get("trainer_dir")
-        if extra_dir:
-            hints.append(Path(extra_dir))
+        for name in ("package_dir", "trainer_dir"):  # ``Plan.to_baseline`` knows the package
+            if baseline.extra.get(name):
+                hints.append(Path(baseline.extra[name]))
         if baseline.path is not None:
             hints.extend(Path(baseline.path).resolve().parents)
         hints.extend([Path.cwd(), *Path.cwd().parents])
