@@ -33,7 +33,7 @@ from autotune.errors import AutotuneError
 from autotune.launch import LaunchSpec, redacted_env
 from autotune.monitor import ResourceMonitor
 from autotune.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
-from autotune.proctree import MARK_VAR, ProcessTree
+from autotune.proctree import MARK_VAR, ProcessTree, kill_tree
 
 TAIL_BYTES = 256 * 1024  # kept in memory for classification
 NOTABLE_LINES = 40  # outcome-deciding lines kept even when they scroll out of the tail
@@ -124,6 +124,21 @@ def run_trial(
     return _Trial(spec, Path(trial_dir), limits, monitor or ResourceMonitor(), stop, on_output).run()
 
 
+def end_orphaned_trial(trial_dir: Path, *, grace_s: float = 5.0) -> list[int]:
+    """End whatever is left of a trial whose orchestrator died (resume); returns the pids ended.
+
+    Reads the trial's ``process.json``; only processes that carry its environment
+    mark are touched, so a pid reused since then is safe. No file: nothing to end.
+    """
+    path = Path(trial_dir) / "process.json"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        pid, mark, started = int(info["pid"]), str(info["mark"]), float(info["started_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return kill_tree(pid, mark=mark, grace_s=grace_s, started_at=started)
+
+
 class _Stream:
     def __init__(self, name: str, pipe: IO[bytes], log: IO[bytes]) -> None:
         self.name = name
@@ -204,6 +219,7 @@ class _Trial:
                 survivors = self._loop(proc, tree, streams, t0)
             finally:
                 if proc.poll() is None or tree.alive():  # an exception (Ctrl-C) in the loop: leave nothing
+                    tree.refresh(include_marked=True)
                     tree.signal_all(_signal.SIGKILL)
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=KILL_WAIT_S)

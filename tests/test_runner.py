@@ -200,6 +200,21 @@ def test_stop_event_interrupts_and_ends_the_trial(tmp_path: Path) -> None:
     assert result.wall_s < 2.5
 
 
+def test_an_error_in_the_caller_still_ends_every_process(tmp_path: Path) -> None:
+    """A Ctrl-C (KeyboardInterrupt) or a bug in a callback must not leave the trial running."""
+
+    def explode(line: str) -> None:
+        if line == "ready":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "grandchild", "--then", "hang", "--ignore-term", on_output=explode)
+    text = (tmp_path / "trial" / "stdout.log").read_text()
+    pids = {m.group(1): int(m.group(2)) for m in re.finditer(r"^PID (\w+)=(\d+)$", text, re.M)}
+    assert set(pids) == {"trainer", "worker", "grandchild"}
+    assert_all_gone(pids)
+
+
 def test_100mb_of_output_streams_to_disk_with_bounded_memory(tmp_path: Path) -> None:
     me = psutil.Process()
     before = me.memory_info().rss
