@@ -71,11 +71,20 @@ class ProcessTree:
         (tens of ms): done when the trainer exits and before SIGKILL.
         """
         with self._lock:
-            parents = [p for p in self._known.values() if is_alive(p)]
+            frontier = [p.pid for p in self._known.values() if is_alive(p)]
+            known = set(self._known)
+        children = _children_map()  # one pass over /proc, however many processes are known
         found: list[psutil.Process] = []
-        for parent in parents:
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                found.extend(parent.children(recursive=True))
+        seen = set(frontier)
+        while frontier:
+            for child in children.get(frontier.pop(), []):
+                if child in seen:
+                    continue
+                seen.add(child)
+                frontier.append(child)
+                if child not in known:
+                    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                        found.append(psutil.Process(child))
         if include_marked:
             found.extend(marked_processes(self.mark, created_after=self._started_at, pgid=self.root_pid))
         with self._lock:
@@ -94,6 +103,13 @@ class ProcessTree:
         """How many distinct processes the trial has had (for the record)."""
         with self._lock:
             return len(self._known)
+
+    def wait_gone(self, timeout_s: float) -> list[psutil.Process]:
+        """Poll until every known process is gone (or a zombie); returns those still alive."""
+        deadline = time.monotonic() + timeout_s
+        while (left := self.alive()) and time.monotonic() < deadline:
+            psutil.wait_procs(left, timeout=0.02)
+        return left
 
     def signal_all(self, sig: int) -> None:
         """Send ``sig`` to the root's group and to every known live process (pid-reuse safe)."""
@@ -148,6 +164,26 @@ def kill_tree(
     while (left := [p for p in left if is_alive(p)]) and time.monotonic() < deadline:
         psutil.wait_procs(left, timeout=0.1)
     return sorted(p.pid for p in targets)
+
+
+def _children_map() -> dict[int, list[int]]:
+    """Parent pid -> child pids. Reads /proc/*/stat directly on Linux (a third of psutil's cost)."""
+    out: dict[int, list[int]] = {}
+    if not os.path.isdir("/proc/self"):
+        for proc in psutil.process_iter(["ppid"]):
+            out.setdefault(proc.info.get("ppid") or 0, []).append(proc.pid)
+        return out
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+            ppid = int(data[data.rindex(b")") + 2 :].split(b" ", 2)[1])  # comm may hold spaces and ')'
+        except (OSError, ValueError, IndexError):
+            continue
+        out.setdefault(ppid, []).append(int(name))
+    return out
 
 
 def _send(procs: Iterable[psutil.Process], sig: int) -> None:

@@ -39,7 +39,7 @@ TAIL_BYTES = 256 * 1024  # kept in memory for classification
 NOTABLE_LINES = 40  # outcome-deciding lines kept even when they scroll out of the tail
 READ_CHUNK = 64 * 1024  # one pipe buffer
 POLL_S = 0.05  # how quickly limits and the stop event are noticed
-TREE_REFRESH_S = 0.1  # how often the process tree is walked for new descendants
+TREE_REFRESH_S = 0.25  # how often the process tree is walked for new descendants (one /proc pass)
 OOM_KILL_GRACE_S = 2.0  # after an OOM the trainer already had oom_grace_s to exit on its own
 LEFTOVER_GRACE_S = 2.0  # for descendants still alive after the trainer exited by itself
 KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for processes to disappear
@@ -223,6 +223,7 @@ class _Trial:
                     tree.signal_all(_signal.SIGKILL)
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=KILL_WAIT_S)
+                    tree.wait_gone(KILL_WAIT_S)
                 summary = self.monitor.stop()
                 for s in streams:
                     s.pipe.close()
