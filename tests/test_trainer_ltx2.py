@@ -357,3 +357,21 @@ def test_a_plans_baseline_names_the_package_and_launch_mode(tmp_path: Path) -> N
     spec = adapter.render(baseline, {}, gradient_accumulation_steps=1, steps=20, trial_dir=tmp_path / "t")
     assert spec.cwd == pkg.resolve()
     assert list(spec.argv[:8]) == [*UV_ACCELERATE, *FSDP, "--num_processes", "4"]
+
+
+def test_through_the_runner_the_logs_are_read_back(tmp_path: Path) -> None:
+    """The adapter and the trial runner agree: render, run_trial, read_metrics from its log files."""
+    from autotune.runner import RunLimits, run_trial
+
+    adapter = _adapter(launcher=[sys.executable])
+    baseline = adapter.baseline_from_text(LTX2_CONFIG)
+    trial_dir = tmp_path / "trial-0001"
+    spec = adapter.render(
+        baseline, {"batch_size": 2}, gradient_accumulation_steps=1, steps=60, trial_dir=trial_dir
+    )
+    result = run_trial(spec, trial_dir, RunLimits(wall_timeout_s=60, stall_timeout_s=30))
+    assert result.returncode == 0
+    metrics = adapter.read_metrics(trial_dir, "")  # from stdout.log / stderr.log
+    assert metrics.step_times_s == [2.5, 1.0, 1.0] and metrics.step_time_s == 1.0
+    assert metrics.trainer_peak_vram_gb == 45.68
+    assert adapter.read_metrics(trial_dir, result.output_tail).step_time_s == 1.0
