@@ -10,7 +10,7 @@ Knob files (``configs/knobs/<trainer>.yaml``) look like::
     knobs:
       - name: quantization
         values: [int8-quanto, none]
-        extra_savers: [int2-quanto, int4-quanto]  # only with --allow-extra-savers, saving -> hungry
+        extra_savers: [int4-quanto, int2-quanto]  # only with --allow-extra-savers; below every value
       - name: optimizer
         values: [adamw8bit, adamw]
       - name: batch_size
@@ -118,6 +118,20 @@ class Knob:
     name: str
     values: tuple[ParamValue, ...]
     is_int: bool = False
+    #: How many leading values are extra savers: each needs less memory than every regular
+    #: value, but they are not ordered among themselves (a knob file may list them in the
+    #: order to try them, e.g. int4 before int2), so no verdict crosses between two of them.
+    extra: int = 0
+
+    def coords(self, value: ParamValue) -> tuple[float, ...]:
+        """Coordinates whose component-wise order is the memory order of this knob's values."""
+        pos = self.position(value)
+        if self.is_int or self.extra == 0:
+            return (pos,)
+        i = int(pos)
+        if i < self.extra:
+            return (*(1.0 if j == i else 0.0 for j in range(self.extra)), 0.0)
+        return (*(1.0 for _ in range(self.extra)), float(i - self.extra + 1))
 
     def position(self, value: ParamValue) -> float:
         """Where ``value`` sits on the saving -> hungry scale (an int knob: the number itself)."""
@@ -227,7 +241,7 @@ class Space:
                 vals = [normalize_value(v) for v in extra] + vals
             if len(set(map(repr, vals))) != len(vals):
                 raise ConfigError(f"{where} ({name}): values repeat: {vals}")
-            knobs.append(Knob(name, tuple(vals)))
+            knobs.append(Knob(name, tuple(vals), extra=len(extra) if allow_extra_savers else 0))
         fidelity = data.get("fidelity") or {}
         if not isinstance(fidelity, dict):
             raise ConfigError(f"{source}: 'fidelity' must be a mapping of knob -> preferred value")
@@ -276,8 +290,9 @@ class Space:
         return set(p) == set(self.names) and all(p[k.name] in k.values for k in self.knobs)
 
     def positions(self, candidate: Candidate) -> tuple[float, ...]:
+        """Coordinates of the memory order: ``a`` needs >= ``b`` when every coordinate is >=."""
         p = candidate.params
-        return tuple(k.position(p[k.name]) for k in self.knobs)
+        return tuple(x for k in self.knobs for x in k.coords(p[k.name]))
 
     def needs_at_least(self, a: Candidate, b: Candidate) -> bool:
         """True when ``a`` is at or beyond ``b`` in every knob, so ``a`` needs >= ``b``'s memory."""

@@ -139,13 +139,13 @@ class Strategy:
         self._fam = {c: space.family(c) for c in grid}
         self._bat = {c: space.batch(c) for c in grid}
         base_family = space.family(self.baseline)
-        base_pos = space.positions(self.baseline)
-        bi = self._batch_index()
+        base_params = self.baseline.params
+        plain = [k for k in space.knobs if k.name != space.batch_knob]
 
         def family_key(f: Candidate) -> tuple[float, int, int]:
-            pos = space.positions(space.with_batch(f, space.batch(self.baseline)))
-            changed = sum(1 for i, (a, b) in enumerate(zip(pos, base_pos, strict=True)) if i != bi and a != b)
-            hunger = sum(a for i, a in enumerate(pos) if i != bi)
+            fp = f.params
+            changed = sum(1 for k in plain if fp[k.name] != base_params[k.name])
+            hunger = sum(k.position(fp[k.name]) for k in plain)
             return (hunger, changed, order[f])
 
         families = [space.family(c) for c in grid]
@@ -158,10 +158,6 @@ class Strategy:
     @property
     def fit_limit_gb(self) -> float:
         return (1.0 - self.headroom) * self.card_gb
-
-    def _batch_index(self) -> int:
-        names = self.space.names
-        return names.index(self.space.batch_knob) if self.space.batch_knob in names else -1
 
     # -- reading the history -----------------------------------------------------------------
     def _fits(self, obs: Observation) -> bool:

@@ -50,6 +50,8 @@ DOMINANCE = [
     ([oom(cand(b=4))], cand(b=4, q="none", o="adamw", gc=False), "oom"),
     ([oom(cand(b=4))], cand(b=2), None),
     ([oom(cand(b=4))], cand(b=8, q="int2-quanto"), None),  # more saving in one knob: not dominated
+    ([oom(cand(b=2, q="int4-quanto"))], cand(b=2, q="int2-quanto"), None),  # extra savers: unordered
+    ([oom(cand(b=2, q="int4-quanto"))], cand(b=2, q="int8-quanto"), "oom"),
     ([oom(cand(q="none", b=2))], cand(q="int8-quanto", b=16), None),
     ([ok(cand(b=4), 1.0, 75.0)], cand(b=8), "over_headroom"),  # measured peak over the 72 GB line
     ([ok(cand(b=4), 1.0, 70.0)], cand(b=8), None),  # under the line: proves nothing hungrier fails

@@ -51,7 +51,7 @@ KNOBS_YAML = """\
 knobs:
   - name: quantization
     values: [int8-quanto, none]
-    extra_savers: [int2-quanto, int4-quanto]
+    extra_savers: [int4-quanto, int2-quanto]
   - name: optimizer
     values: [adamw8bit, adamw]
   - name: batch_size
