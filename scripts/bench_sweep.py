@@ -34,6 +34,7 @@ import itertools
 import json
 import math
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -257,13 +258,13 @@ def read_study(run: Run, storage: str, study_name: str) -> None:
 
 def sweep_with(argv: list[str]) -> int:
     """``_sweep-with NAME [--tpe-budget N] [--seed S] -- SWEEP ARGS``: the real CLI, another strategy."""
+    cut = argv.index("--") if "--" in argv else len(argv)
     ap = argparse.ArgumentParser(prog="bench_sweep.py _sweep-with")
     ap.add_argument("name", choices=list(bs.COMPETITORS))
     ap.add_argument("--tpe-budget", type=int, default=12)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("rest", nargs=argparse.REMAINDER)
-    args = ap.parse_args(argv)
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    args = ap.parse_args(argv[:cut])
+    rest = argv[cut + 1 :]
     import autotune.strategy
     from autotune import cli
 
@@ -366,6 +367,8 @@ class Overhead:
     intervals_s: list[float]  # between consecutive trial starts, real wall time
     trainer_s: float  # the instant trainer's own wall time, run alone (median)
     sweeps: int
+    cpu_s_per_trial: float  # the sweep processes' CPU time (start-up included) per trial: load-proof
+    load: tuple[float, float]  # 1-minute load average before and after: a busy machine inflates wall time
 
     @property
     def per_trial_s(self) -> list[float]:
@@ -395,7 +398,9 @@ def measure_overhead(workdir: Path, trials: int) -> Overhead:
     where = workdir / "overhead"
     where.mkdir(parents=True, exist_ok=True)
     intervals: list[float] = []
-    sweeps = 0
+    sweeps = n_trials = 0
+    cpu = 0.0
+    load_before = os.getloadavg()[0]
     while len(intervals) < trials:
         sweeps += 1
         study = f"overhead-{sweeps}"
@@ -404,6 +409,7 @@ def measure_overhead(workdir: Path, trials: int) -> Overhead:
             *("--vram-gb", "1000", "--max-batch-size", "64", "--allow-extra-savers"),
             *("--workdir", str(where), "--study", study),
         ]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         with open(where / f"{study}.log", "wb") as log:
             proc = subprocess.run(
                 [sys.executable, "-m", "autotune", *argv],
@@ -412,6 +418,8 @@ def measure_overhead(workdir: Path, trials: int) -> Overhead:
                 stderr=subprocess.STDOUT,
                 check=False,
             )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"the overhead sweep {study} exited {proc.returncode}; see {where / study}.log"
@@ -421,7 +429,9 @@ def measure_overhead(workdir: Path, trials: int) -> Overhead:
         if len(starts) < 2:
             raise RuntimeError(f"the overhead sweep {study} ran {len(starts)} trial(s); it needs several")
         intervals += [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
-    return Overhead(intervals[:trials], instant_trainer_s(where), sweeps)
+        n_trials += len(starts)
+    load = (load_before, os.getloadavg()[0])
+    return Overhead(intervals[:trials], instant_trainer_s(where), sweeps, cpu / n_trials, load)
 
 
 # --- main ---------------------------------------------------------------------------------------
@@ -436,7 +446,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "examples:\n"
             "  python scripts/bench_sweep.py --mode fast          every strategy in-process (seconds)\n"
             "  python scripts/bench_sweep.py --jobs 2             ours through the real sweep on every\n"
-            "                                                     landscape, the grid on 10, overhead\n"
+            "                                                     landscape, the grid on 5, overhead\n"
             "  python scripts/bench_sweep.py --real all --real-subset all   everything real (long)"
         ),
     )
@@ -458,9 +468,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--real-subset",
-        default="10",
+        default="5",
         help="on how many landscapes the real strategies other than ours run through the real sweep "
-        "(a number or 'all'; default: 10); ours always runs on all. A strategy real on every landscape "
+        "(a number or 'all'; default: 5); ours always runs on all. A strategy real on every landscape "
         "shows its real figures; one real on a subset shows its in-process figures, checked trial by "
         "trial against the real runs",
     )
@@ -597,7 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"Orchestrator overhead: {overhead.median_s:.3f} s per trial (median over {len(overhead.intervals_s)} "
             f"trials in {overhead.sweeps} sweeps of ours; p10 {q[0]:.3f} s, p90 {q[-1]:.3f} s): real wall time "
             f"between trial starts, less the trainer's own {overhead.trainer_s * 1000:.0f} ms (a trainer that "
-            "exits at once, timed alone)."
+            f"exits at once, timed alone). CPU time of the sweep process per trial, start-up included: "
+            f"{overhead.cpu_s_per_trial:.3f} s. Load average {overhead.load[0]:.1f} -> {overhead.load[1]:.1f} "
+            f"on {os.cpu_count()} CPUs."
         )
     out += notes
     errors = [r for runs in (*fast.values(), *real.values()) for r in runs if r.error]
