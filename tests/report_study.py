@@ -83,7 +83,9 @@ class YamlTestAdapter(TrainerAdapter):
 
     def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
         doc = RoundTripConfig.from_text(baseline.text, str(baseline.path))
-        wanted = {key: (None if params[k] == "none" else params[k]) for k, key in KNOB_KEYS.items() if k in params}
+        wanted = {
+            key: (None if params[k] == "none" else params[k]) for k, key in KNOB_KEYS.items() if k in params
+        }
         wanted["optimization.gradient_accumulation_steps"] = gradient_accumulation_steps
         for key, value in wanted.items():
             if not doc.has(key) or doc.get(key) != value:  # unchanged lines stay byte-identical (quotes too)
