@@ -320,7 +320,7 @@ def test_cli_output_file_and_written_config(tmp_path: Path, known: tuple[Path, s
     assert out.read_text().startswith("<!DOCTYPE html>") and str(cfg) in out.read_text()
     assert cfg.read_text() == (
         "# my settings\noptimization:\n  batch_size: 1  # per GPU\n  gradient_accumulation_steps: 4\n"
-        "  optimizer_type: adamw\n  enable_gradient_checkpointing: true\n  steps: 2000\n"
+        '  optimizer_type: "adamw"\n  enable_gradient_checkpointing: true\n  steps: 2000\n'
         "acceleration:\n  quantization: null  # saves memory\n"
     )
 
