@@ -13,8 +13,10 @@ The study is read through the contract in the helper brief: study user attrs
 
 from __future__ import annotations
 
+import ast
 import csv
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -92,6 +94,7 @@ class TrialRow:
     reason: str = ""
     measures: dict[str, Any] = field(default_factory=dict)  # only those it has, see MEASURES
     trial_dir: str | None = None
+    confirm_of: int | None = None  # a longer re-run that confirms this trial's candidate
     is_baseline: bool = False
     is_best: bool = False
     effective_batch_changed: bool = False
@@ -136,6 +139,8 @@ class Report:
     command: str | None = None  # launch the full training with the winning config
     best_config_path: str | None = None
     timelines: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # trial -> (t, GiB)
+    confirmed_by: int | None = None  # the longer re-run that confirmed the winner
+    trainer_options: dict[str, Any] = field(default_factory=dict)  # how the sweep built its adapter
     baseline_effective_batch: int | None = None
 
     @property
@@ -326,29 +331,55 @@ def _fidelity_score(row: TrialRow, fidelity: Mapping[str, Any]) -> int:
     return sum(1 for k, v in fidelity.items() if k in row.params and _same(row.params[k], v))
 
 
-def pick_best(
-    rows: Sequence[TrialRow], fidelity: Mapping[str, Any], limit_gb: float | None
-) -> tuple[TrialRow | None, TrialRow | None]:
-    """The fastest ok trial that fits, near-ties (within both trials' noise) going to fidelity.
+#: Run-to-run noise floor for near-ties (the strategy's ``min_noise``).
+MIN_NOISE = 0.015
 
-    Returns (winner, the faster trial it beat on fidelity, or None).
-    """
-    ok = [
+
+def _candidates(rows: Sequence[TrialRow], limit_gb: float | None) -> list[TrialRow]:
+    """Trials that may win: ran ok, measured, fit; confirmation re-runs are not candidates."""
+    return [
         r
         for r in rows
         if r.outcome == "ok"
+        and r.confirm_of is None
         and isinstance(r.get("samples_per_s"), (int, float))
         and _fits(r, limit_gb) is not False
     ]
+
+
+def _tied(a: TrialRow, b: TrialRow) -> bool:
+    """Whether the slower of two trials is within the noise of the faster (as the strategy judges)."""
+    lo, hi = sorted((float(a.get("samples_per_s")), float(b.get("samples_per_s"))))
+    return lo >= hi * (1.0 - max(_rel_noise(a), _rel_noise(b), MIN_NOISE))
+
+
+def _beaten_on_fidelity(best: TrialRow, ok: Sequence[TrialRow]) -> TrialRow | None:
+    """The fastest trial faster than ``best`` but within noise of it: the near-tie fidelity decided."""
+    faster = [
+        r for r in ok if r is not best and float(r.get("samples_per_s")) > float(best.get("samples_per_s"))
+    ]
+    if not faster:
+        return None
+    top = max(faster, key=lambda r: (r.get("samples_per_s"), -r.number))
+    return top if _tied(top, best) else None
+
+
+def pick_best(
+    rows: Sequence[TrialRow], fidelity: Mapping[str, Any], limit_gb: float | None
+) -> tuple[TrialRow | None, TrialRow | None]:
+    """The fastest ok trial that fits, near-ties (within noise) going to fidelity.
+
+    The sweep records its own pick (study attr ``best_trial``), which the report
+    prefers; this is the same rule, for a study that is still running.
+    Returns (winner, the faster trial it beat on fidelity, or None).
+    """
+    ok = _candidates(rows, limit_gb)
     if not ok:
         return None, None
     fastest = max(ok, key=lambda r: (r.get("samples_per_s"), -r.number))
-    top = float(fastest.get("samples_per_s"))
-    tied = [
-        r for r in ok if float(r.get("samples_per_s")) >= top * (1.0 - _rel_noise(r) - _rel_noise(fastest))
-    ]
+    tied = [r for r in ok if _tied(r, fastest)]
     best = max(tied, key=lambda r: (_fidelity_score(r, fidelity), r.get("samples_per_s"), -r.number))
-    return best, (fastest if best is not fastest else None)
+    return best, _beaten_on_fidelity(best, ok)
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -418,6 +449,7 @@ def _row_from_trial(
         reason=str(attrs.get("reason") or ""),
         measures=measures,
         trial_dir=attrs.get("trial_dir"),
+        confirm_of=attrs["confirm_of"] if isinstance(attrs.get("confirm_of"), int) else None,
         is_baseline=t.number == baseline_number,
     )
 
@@ -439,13 +471,16 @@ def build_report(
     study: optuna.Study,
     *,
     workdir: Path | None = None,
+    report_dir: Path | None = None,
     best_config_path: Path | None = None,
 ) -> Report:
     """Read ``study`` (never writes to it) into a ``Report``.
 
-    ``workdir`` resolves relative trial folders (default: the study's ``workdir``
-    attr). ``best_config_path`` is where the winning config is (or will be)
-    written; the launch command names it (default: ``<workdir>/best-config.yaml``).
+    ``workdir`` is the sweep's folder (default: the study's ``workdir`` attr, else
+    ``./autotune-runs``); ``report_dir`` the study's own folder in it, where the
+    sweep writes its reports and winning config (default: ``<workdir>/<study>``).
+    ``best_config_path`` is where the winning config is (or will be) written; the
+    launch command names it (default: ``<report_dir>/best-config.yaml``).
     """
     sattrs = study.user_attrs
     settings: dict[str, Any] = dict(sattrs.get("settings") or {})
@@ -455,7 +490,8 @@ def build_report(
     headroom = settings.get("headroom")
     headroom = float(headroom) if isinstance(headroom, (int, float)) else None
     knobs = _knob_names(settings, base)
-    root = workdir or (Path(sattrs["workdir"]) if sattrs.get("workdir") else None)
+    root = workdir or (Path(sattrs["workdir"]) if sattrs.get("workdir") else DEFAULT_WORKDIR)
+    report_dir = report_dir or root / study.study_name
     baseline_number = sattrs.get("baseline_trial")
     baseline_number = int(baseline_number) if isinstance(baseline_number, int) else None
     fidelity = {k: v for k, v in _load_fidelity(trainer).items() if k in knobs or not knobs}
@@ -465,7 +501,9 @@ def build_report(
     by_number = {r.number: r for r in rows}
     baseline = by_number.get(baseline_number) if baseline_number is not None else None
 
+    options = settings.get("trainer_options")
     report = Report(
+        trainer_options=dict(options) if isinstance(options, Mapping) else {},
         study=study.study_name,
         trainer=trainer,
         card=card,
@@ -498,16 +536,16 @@ def build_report(
 
     # The winner: the sweep's own pick when it recorded one, else the same rule recomputed.
     beaten: TrialRow | None = None
-    chosen = sattrs.get("best_trial")
-    if isinstance(chosen, int) and chosen in by_number and by_number[chosen].outcome == "ok":
-        best: TrialRow | None = by_number[chosen]
-        ok = [r for r in rows if r.outcome == "ok" and _fits(r, report.limit_gb) is not False]
-        faster = [
-            r for r in ok if (r.get("samples_per_s") or 0) > (by_number[chosen].get("samples_per_s") or 0)
-        ]
-        beaten = max(faster, key=lambda r: r.get("samples_per_s") or 0) if faster else None
+    best: TrialRow | None = None
+    if "best_trial" in sattrs:  # the sweep finished and picked (None: nothing fit or survived confirmation)
+        chosen = sattrs.get("best_trial")
+        if isinstance(chosen, int) and chosen in by_number and by_number[chosen].outcome == "ok":
+            best = by_number[chosen]
+            beaten = _beaten_on_fidelity(best, _candidates(rows, report.limit_gb))
     else:
         best, beaten = pick_best(rows, fidelity, report.limit_gb)
+    confirmed = sattrs.get("confirmed_by")
+    report.confirmed_by = confirmed if isinstance(confirmed, int) and confirmed in by_number else None
     report.best = best
     if best is not None:
         best.is_best = True
@@ -545,7 +583,7 @@ def build_report(
                 report.timelines[r.number] = points
 
     _add_warnings(report, beaten, base_eff)
-    _add_command(report, root, best_config_path)
+    _add_command(report, report_dir, best_config_path)
     return report
 
 
@@ -597,7 +635,24 @@ def _headroom_left(report: Report, row: TrialRow) -> float | None:
     return None
 
 
+def _option_value(text: Any) -> Any:
+    """A trainer option as the study stores it (text) back to its value: lists, booleans, None."""
+    if isinstance(text, str) and (text[:1] in "[({" or text in ("True", "False", "None")):
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+    return text
+
+
 def _adapter(report: Report) -> TrainerAdapter:
+    """The sweep's adapter, rebuilt with the trainer options it ran with (e.g. ``trainer_dir``)."""
+    options = {k: _option_value(v) for k, v in report.trainer_options.items()}
+    if options:
+        try:
+            return get_adapter(report.trainer, **options)
+        except AutotuneError:
+            pass  # options from another version of the adapter: the bare adapter still knows its format
     return get_adapter(report.trainer)
 
 
@@ -605,7 +660,7 @@ def _config_suffix(adapter: TrainerAdapter) -> str:
     return str(getattr(adapter, "config_suffix", ".yaml"))
 
 
-def _add_command(report: Report, root: Path | None, best_config_path: Path | None) -> None:
+def _add_command(report: Report, report_dir: Path, best_config_path: Path | None) -> None:
     if report.best is None:
         return
     try:
@@ -613,12 +668,35 @@ def _add_command(report: Report, root: Path | None, best_config_path: Path | Non
     except AutotuneError as exc:
         report.warnings.append(f"No launch command: {exc}")
         return
-    path = best_config_path or (root or DEFAULT_WORKDIR) / f"best-config{_config_suffix(adapter)}"
+    path = best_config_path or report_dir / f"best-config{_config_suffix(adapter)}"
     report.best_config_path = str(path)
+    kwargs: dict[str, Any] = {}
     try:
-        report.command = adapter.training_command(path)
+        accepts = inspect.signature(adapter.training_command).parameters
+    except (TypeError, ValueError):
+        accepts = {}  # type: ignore[assignment]
+    if "baseline" in accepts and report.config_path:
+        # Adapters that launch several GPUs or read the trainer dir from the config want the whole picture.
+        try:
+            kwargs["baseline"] = adapter.load_baseline(Path(report.config_path))
+        except AutotuneError:
+            pass
+        else:
+            if "params" in accepts:
+                kwargs["params"] = report.best.params
+            if "gradient_accumulation_steps" in accepts:
+                kwargs["gradient_accumulation_steps"] = _best_gas(report)
+    try:
+        report.command = adapter.training_command(path, **kwargs)
     except AutotuneError as exc:
         report.warnings.append(f"No launch command: {exc}")
+
+
+def _best_gas(report: Report) -> int:
+    gas = report.best.get("gradient_accumulation_steps") if report.best is not None else None
+    if isinstance(gas, int):
+        return gas
+    return int(report.baseline_params.get("gradient_accumulation_steps") or 1)
 
 
 def load_baseline(report: Report) -> tuple[TrainerAdapter, Baseline]:
@@ -642,10 +720,7 @@ def winning_config(report: Report, expected_hash: str | None = None) -> str:
             f"The baseline config {report.config_path} seems to have changed since the sweep measured it "
             "(its hash differs from the study's): the written config carries those changes too."
         )
-    gas = best.get("gradient_accumulation_steps")
-    if not isinstance(gas, int):
-        gas = int(report.baseline_params.get("gradient_accumulation_steps") or 1)
-    return adapter.final_config(baseline, best.params, gradient_accumulation_steps=gas)
+    return adapter.final_config(baseline, best.params, gradient_accumulation_steps=_best_gas(report))
 
 
 def _hash_matches(expected: str, baseline: Baseline) -> bool:
@@ -730,6 +805,8 @@ def _summary(r: Report) -> list[tuple[str, str]]:
         text = f"trial {b.number} ({what}): {_measure_line(b)}"
         if left is not None:
             text += f", {_gb(left)} GiB left"
+        if r.confirmed_by is not None:
+            text += f"; confirmed by a longer run, trial {r.confirmed_by}"
         items.append(("Winner", text))
         if r.speedup is not None:
             items.append(("Speed-up", f"{r.speedup:.2f}× the baseline's samples/s"))
@@ -770,6 +847,8 @@ def _peak_cells(r: Report, row: TrialRow) -> tuple[str, str, str]:
 
 def _trial_title(row: TrialRow) -> str:
     tags = [t for t, on in (("winner", row.is_best), ("baseline", row.is_baseline)) if on]
+    if row.confirm_of is not None:
+        tags.append(f"confirms {row.confirm_of}")
     return f"{row.number}" + (f" ({', '.join(tags)})" if tags else "")
 
 
@@ -1087,13 +1166,14 @@ def write_text_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def write_reports(study: optuna.Study, workdir: Path) -> list[Path]:
-    """Write report.md, report.html, report.json and (when a config fit) the winning config.
+def write_reports(study: optuna.Study, out_dir: Path) -> list[Path]:
+    """Write report.md, report.html, report.json and (when a config fit) the winning config
+    into ``out_dir`` (the sweep passes the study's own folder, ``<workdir>/<study>``).
 
     Called by the sweep at its end; a winning config that cannot be rendered (the
     baseline file moved) is noted in the reports, not raised.
     """
-    report = build_report(study, workdir=workdir)
+    report = build_report(study, report_dir=out_dir)
     written: list[Path] = []
     if report.best is not None and report.best_config_path:
         try:
@@ -1106,7 +1186,7 @@ def write_reports(study: optuna.Study, workdir: Path) -> list[Path]:
             write_text_atomic(path, text)
             written.append(path)
     for fmt, render in RENDERERS.items():
-        path = workdir / f"report.{fmt}"
+        path = out_dir / f"report.{fmt}"
         write_text_atomic(path, render(report))
         written.append(path)
     return written

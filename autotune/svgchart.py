@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 WIDTH, HEIGHT = 760, 420
+_HALO = 'stroke="#ffffff" stroke-width="3" paint-order="stroke"'  # labels stay legible over lines
 LEFT, RIGHT, TOP, BOTTOM = 64, 24, 20, 56
 
 
@@ -140,7 +141,7 @@ def scatter(axes: Axes, points: Sequence[Point], vlines: Sequence[RefLine], titl
     """Points in a frame, with vertical reference lines (card size, headroom limit)."""
     f = _Frame(axes)
     body = f.draw()
-    for line in vlines:
+    for i, line in enumerate(vlines):
         x = f.px(line.at)
         dash = ' stroke-dasharray="6 4"' if line.dashed else ""
         body.append(
@@ -148,8 +149,8 @@ def scatter(axes: Axes, points: Sequence[Point], vlines: Sequence[RefLine], titl
             f'stroke-width="2"{dash}/>'
         )
         body.append(
-            f'<text x="{x - 4:.1f}" y="{TOP + 12}" font-size="11" text-anchor="end" '
-            f'fill="{line.color}">{escape(line.label)}</text>'
+            f'<text x="{x - 4:.1f}" y="{TOP + 12 + 14 * i}" font-size="11" text-anchor="end" '
+            f'fill="{line.color}" {_HALO}>{escape(line.label)}</text>'
         )
     for p in points:
         x, y = f.px(p.x), f.py(p.y)
@@ -191,7 +192,7 @@ def lines(axes: Axes, series: Sequence[Series], hlines: Sequence[RefLine], title
         )
         body.append(
             f'<text x="{WIDTH - RIGHT - 4}" y="{y - 4:.1f}" font-size="11" text-anchor="end" '
-            f'fill="{line.color}">{escape(line.label)}</text>'
+            f'fill="{line.color}" {_HALO}>{escape(line.label)}</text>'
         )
     for s in series:
         if not s.points:

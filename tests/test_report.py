@@ -176,6 +176,41 @@ def test_warnings_where_they_apply(
         assert text not in warnings
 
 
+def _add_confirmation(url: str, of: int, ok: bool) -> int:
+    study = optuna.load_study(study_name=None, storage=url)
+    source = study.trials[of]
+    attrs = {**source.user_attrs, "role": "confirm", "confirm_of": of, "steps": 90}
+    if not ok:
+        attrs = {"role": "confirm", "confirm_of": of, "outcome": "oom", "reason": "CUDA out of memory"}
+    state = optuna.trial.TrialState.COMPLETE if ok else optuna.trial.TrialState.FAIL
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=state,
+            value=attrs.get("samples_per_s") if ok else None,
+            params=source.params,
+            distributions=source.distributions,
+            user_attrs=attrs,
+        )
+    )
+    return study.trials[-1].number
+
+
+def test_the_sweeps_own_pick_and_its_confirmation(tmp_path: Path, template: Path) -> None:
+    url, study = clone_study(template, tmp_path / "runs", extra_attrs={"best_trial": 2})
+    number = _add_confirmation(url, 2, ok=True)
+    study.set_user_attr("confirmed_by", number)
+    md = rep.render_markdown(_report(url))
+    assert "; confirmed by a longer run, trial 7" in md
+    assert "| 7 (confirms 2) | quantization int8-quanto → none, optimizer adamw8bit → adamw | ok |" in md
+
+
+def test_a_finished_sweep_without_a_winner_is_not_second_guessed(tmp_path: Path, template: Path) -> None:
+    url, _ = clone_study(template, tmp_path / "runs", extra_attrs={"best_trial": None})
+    report = _report(url)
+    assert report.best is None and report.command is None
+    assert "no config has fit yet" in rep.render_markdown(report)
+
+
 def test_ltx2_peak_caveat_only_for_ltx2(tmp_path: Path, template: Path) -> None:
     url, _ = clone_study(template, tmp_path / "a", settings={"trainer": "ltx2"})
     assert any("device-wide" in w for w in _report(url).warnings)
@@ -199,6 +234,11 @@ def _row(
     )
 
 
+def _confirm(row: rep.TrialRow, of: int) -> rep.TrialRow:
+    row.confirm_of = of
+    return row
+
+
 @pytest.mark.parametrize(
     ("rows", "winner", "beaten"),
     [
@@ -209,8 +249,12 @@ def _row(
         ([_row(0, 1.00, spread=0.03, quantization="none"), _row(1, 1.02, spread=0.03)], 0, 1),
         # outside noise: speed wins over fidelity
         ([_row(0, 1.00, spread=0.01, quantization="none"), _row(1, 1.10, spread=0.01)], 1, None),
-        # no spread measured: only an exact tie goes to fidelity
+        # no spread measured: the run-to-run floor (1.5 %) still makes a near-tie
+        ([_row(0, 1.0, quantization="none"), _row(1, 1.01)], 0, 1),
+        ([_row(0, 1.0, quantization="none"), _row(1, 1.02)], 1, None),
         ([_row(0, 1.0, quantization="none", optimizer="adamw"), _row(1, 1.0, quantization="none")], 0, None),
+        # a confirmation re-run is never a candidate of its own
+        ([_row(0, 1.0), _confirm(_row(1, 2.0), of=0)], 0, None),
     ],
 )
 def test_pick_best(rows: list[rep.TrialRow], winner: int | None, beaten: int | None) -> None:
