@@ -20,7 +20,7 @@ from sqlalchemy import event
 
 from autotune.launch import LaunchSpec
 from autotune.metrics import TrialMetrics
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.yamlconf import RoundTripConfig, load_yaml
 
 TEST_TRAINER = "yaml-test"
@@ -48,9 +48,12 @@ BASE = {
 }
 
 
-@register
 class YamlTestAdapter(TrainerAdapter):
-    """A real (if small) adapter over LTX-2-style YAML: edits the baseline text in place."""
+    """A real (if small) adapter over LTX-2-style YAML: edits the baseline text in place.
+
+    Not registered at import (other tests list the registry): tests add it with
+    ``monkeypatch.setitem(base._REGISTRY, TEST_TRAINER, YamlTestAdapter)``.
+    """
 
     name: ClassVar[str] = TEST_TRAINER
     knob_file: ClassVar[str] = "yaml-test.yaml"

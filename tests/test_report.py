@@ -17,9 +17,10 @@ import pytest
 from autotune import report as rep
 from autotune.cli import main
 from autotune.errors import StorageError
+from autotune.trainers import base as trainer_base
 from tests.conftest import IN_CI
 from tests.pngread import colour_counts, read_png
-from tests.report_study import BASE, KNOB_KEYS, TEST_TRAINER, build_study, clone_study
+from tests.report_study import BASE, KNOB_KEYS, TEST_TRAINER, YamlTestAdapter, build_study, clone_study
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
 REGEN = os.environ.get("AUTOTUNE_REGEN_EXPECTED") == "1"  # rewrite the expected files, then review the diff
@@ -36,6 +37,13 @@ def _expect(name: str, actual: str) -> None:
     if REGEN:
         path.write_text(actual, encoding="utf-8")
     assert actual == path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(autouse=True)
+def yaml_test_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test adapter, registered for each test only."""
+    trainer_base._load_builtins()
+    monkeypatch.setitem(trainer_base._REGISTRY, TEST_TRAINER, YamlTestAdapter)
 
 
 @pytest.fixture(scope="module")
