@@ -656,8 +656,12 @@ def _adapter(report: Report) -> TrainerAdapter:
     return get_adapter(report.trainer)
 
 
+#: File suffix of each built-in trainer's own config format (sana's is a runnable script of flags).
+_SUFFIXES = {"sana": ".sh"}
+
+
 def _config_suffix(adapter: TrainerAdapter) -> str:
-    return str(getattr(adapter, "config_suffix", ".yaml"))
+    return str(getattr(adapter, "config_suffix", None) or _SUFFIXES.get(adapter.name, ".yaml"))
 
 
 def _add_command(report: Report, report_dir: Path, best_config_path: Path | None) -> None:
@@ -1160,9 +1164,12 @@ RENDERERS = {"md": render_markdown, "html": render_html, "json": render_json}
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file, so a reader never sees half a report; scripts (``#!``) run."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
+    if text.startswith("#!"):
+        tmp.chmod(0o755)
     tmp.replace(path)
 
 

@@ -514,3 +514,22 @@ def test_downsample_keeps_the_peak() -> None:
 def test_expected_files_are_reviewed() -> None:
     """Guard: regenerating the expected files is a deliberate act, never left on."""
     assert not REGEN, "unset AUTOTUNE_REGEN_EXPECTED and review the diff of tests/data/report/"
+
+
+@pytest.mark.parametrize(("trainer", "suffix"), [("ltx2", ".yaml"), ("reference", ".yaml"), ("sana", ".sh")])
+def test_winning_config_file_has_the_trainers_own_suffix(trainer: str, suffix: str) -> None:
+    from autotune.trainers import get_adapter
+
+    try:
+        adapter = get_adapter(trainer)
+    except Exception as exc:  # an adapter that needs options to be built
+        pytest.skip(f"{trainer} adapter needs options: {exc}")
+    assert rep._config_suffix(adapter) == suffix
+
+
+def test_a_script_config_is_written_executable(tmp_path: Path) -> None:
+    rep.write_text_atomic(tmp_path / "best-config.sh", "#!/usr/bin/env bash\necho hi\n")
+    rep.write_text_atomic(tmp_path / "best-config.yaml", "a: 1\n")
+    assert os.access(tmp_path / "best-config.sh", os.X_OK)
+    assert not os.access(tmp_path / "best-config.yaml", os.X_OK)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best-config.sh", "best-config.yaml"]
