@@ -76,11 +76,7 @@ def open_storage(url: str, *, create: bool = True) -> RDBStorage:
     and a long connect timeout. Errors become ``StorageError``/``UsageError`` with
     the URL and what to do.
     """
-    if "://" not in url:
-        raise UsageError(
-            f"--storage {url!r} is not a database URL; write it like sqlite:///path/to/studies.db "
-            "or postgresql://user@host/dbname"
-        )
+    check_storage_url(url)
     engine_kwargs: dict[str, Any] = {}
     path = sqlite_path(url)
     if url.startswith("sqlite"):
@@ -91,13 +87,14 @@ def open_storage(url: str, *, create: bool = True) -> RDBStorage:
                 f"no study database at {path}; run 'autotune sweep' first, "
                 "or point to the right one with --workdir DIR or --storage URL"
             )
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _enable_wal(path)
-        except (OSError, sqlite3.Error) as exc:
-            raise StorageError(f"cannot open the study database {path}: {exc}") from None
+        if create:  # a reader never writes, not even the journal mode
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _enable_wal(path)
+            except (OSError, sqlite3.Error) as exc:
+                raise StorageError(f"cannot open the study database {path}: {exc}") from None
     try:
-        return RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create and path is None)
+        return RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create)
     except ImportError as exc:
         raise StorageError(
             f"the database driver for {_redact_url(url)} is not installed ({exc}); "
@@ -107,6 +104,23 @@ def open_storage(url: str, *, create: bool = True) -> RDBStorage:
         raise StorageError(
             f"cannot open the study database {_redact_url(url)}: {type(exc).__name__}: {exc}"
         ) from None
+
+
+def check_storage_url(url: str) -> str:
+    """A usage error for anything that is not an SQLAlchemy database URL (checked before any work)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        ok = "://" in url and bool(make_url(url).drivername)
+    except (ArgumentError, ValueError):
+        ok = False
+    if not ok:
+        raise UsageError(
+            f"--storage {url!r} is not a database URL; write it like sqlite:///path/to/studies.db "
+            "or postgresql://user@host/dbname"
+        )
+    return url
 
 
 def _enable_wal(path: Path) -> None:
