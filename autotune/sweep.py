@@ -305,14 +305,14 @@ class Sweep:
                 signal.signal(s, h)
 
     def _run(self) -> SweepResult:
-        from autotune.space import Candidate, Space
-        from autotune.strategy import Strategy
-        from autotune.trainers import get_adapter
-
         opts = self.opts
         workdir = opts.workdir.expanduser().resolve()
         storage_url = st.check_storage_url(opts.storage or st.default_storage_url(workdir))
         study_name = st.validate_study_name(opts.study or default_study_name(opts))
+
+        from autotune.space import Candidate, Space
+        from autotune.strategy import Strategy
+        from autotune.trainers import get_adapter
 
         options = dict(opts.trainer_options)
         if opts.cmd is not None:
