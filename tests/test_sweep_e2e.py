@@ -56,7 +56,9 @@ def _argv(tmp: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _sweep(tmp: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _sweep(
+    tmp: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         _argv(tmp, *extra), env=env or _env(tmp), capture_output=True, text=True, timeout=timeout, cwd=tmp
     )
@@ -83,7 +85,8 @@ def _trials(tmp: Path) -> list[dict[str, Any]]:
             params = {
                 name: (value, dist)
                 for name, value, dist in conn.execute(
-                    "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id=?", (trial_id,)
+                    "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id=?",
+                    (trial_id,),
                 )
             }
             decoded = {}
@@ -95,7 +98,9 @@ def _trials(tmp: Path) -> list[dict[str, Any]]:
                     decoded[name] = int(value)
             attrs = {
                 k: json.loads(v)
-                for k, v in conn.execute("SELECT key, value_json FROM trial_user_attributes WHERE trial_id=?", (trial_id,))
+                for k, v in conn.execute(
+                    "SELECT key, value_json FROM trial_user_attributes WHERE trial_id=?", (trial_id,)
+                )
             }
             out.append({"number": number, "state": state, "params": decoded, "attrs": attrs})
         return out
@@ -104,7 +109,9 @@ def _trials(tmp: Path) -> list[dict[str, Any]]:
 
 
 def _key(params: dict[str, Any]) -> tuple[str, str, int, bool]:
-    return _cand(params["quantization"], params["optimizer"], params["batch_size"], params["gradient_checkpointing"])
+    return _cand(
+        params["quantization"], params["optimizer"], params["batch_size"], params["gradient_checkpointing"]
+    )
 
 
 def _best_line(stdout: str) -> str:
@@ -156,9 +163,14 @@ def test_sweep_over_a_fake_trainer_finds_the_best_and_runs_nothing_twice(clean_r
     proc, trials, launches = clean_run["proc"], clean_run["trials"], clean_run["launches"]
     cands = [_cand(*line[:4]) for line in launches]
     assert len(cands) == len(set(cands)) == len(trials)  # every launch is a trial, none twice
-    assert trials[0]["attrs"]["role"] == "baseline" and _key(trials[0]["params"]) == ("int8-quanto", "adamw8bit", 1, True)
+    assert trials[0]["attrs"]["role"] == "baseline" and _key(trials[0]["params"]) == (
+        "int8-quanto",
+        "adamw8bit",
+        1,
+        True,
+    )
     # The true best (brute force) or a near-tie of it with higher fidelity.
-    (q, o, b, c), best_sps = true_best()
+    _, best_sps = true_best()
     line = _best_line(proc.stdout)
     winner = next(t for t in trials if f"trial {t['number']}:" in line)
     assert winner["attrs"]["samples_per_s"] >= best_sps * 0.98
@@ -167,13 +179,30 @@ def test_sweep_over_a_fake_trainer_finds_the_best_and_runs_nothing_twice(clean_r
     # Every trial carries the attrs the study contract promises.
     for t in trials:
         a = t["attrs"]
-        for key in ("outcome", "reason", "gradient_accumulation_steps", "effective_batch", "log_path", "trial_dir", "command"):
+        for key in (
+            "outcome",
+            "reason",
+            "gradient_accumulation_steps",
+            "effective_batch",
+            "log_path",
+            "trial_dir",
+            "command",
+        ):
             assert key in a, (t["number"], key)
         assert (t["state"] == "COMPLETE") == (a["outcome"] == "ok")
         if a["outcome"] == "ok":
-            for key in ("step_time_s", "samples_per_s", "peak_vram_gb", "trainer_peak_vram_gb", "fits", "headroom_gb"):
+            for key in (
+                "step_time_s",
+                "samples_per_s",
+                "peak_vram_gb",
+                "trainer_peak_vram_gb",
+                "fits",
+                "headroom_gb",
+            ):
                 assert key in a, (t["number"], key)
-            assert a["effective_batch"] == t["params"]["batch_size"]  # baseline effective batch 1: accumulation 1
+            assert (
+                a["effective_batch"] == t["params"]["batch_size"]
+            )  # baseline effective batch 1: accumulation 1
         if a["outcome"] == "oom":
             assert a["oom_tried_gb"] == 2.0 and a["oom_total_gb"] == CARD_GB
         assert Path(a["trial_dir"], "metrics.json").is_file()
@@ -192,7 +221,11 @@ def test_sigkill_at_random_moments_then_resume_gives_the_same_best(
     kills = 0
     for _ in range(3):
         proc = subprocess.Popen(
-            _argv(tmp_path), env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            _argv(tmp_path),
+            env=_env(tmp_path),
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         time.sleep(rng.uniform(1.5, 6.0))
         if proc.poll() is None:
@@ -218,16 +251,20 @@ def test_sigkill_at_random_moments_then_resume_gives_the_same_best(
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_ends_the_trial_records_it_interrupted_and_exits_130(sig: signal.Signals, tmp_path: Path) -> None:
+def test_ctrl_c_ends_the_trial_records_it_interrupted_and_exits_130(
+    sig: signal.Signals, tmp_path: Path
+) -> None:
     env = _env(tmp_path, SWEEP_FAKE_HANG_ON="2")
-    proc = subprocess.Popen(_argv(tmp_path), env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _argv(tmp_path), env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while not any(line[2] == 2 for line in _launches(tmp_path)):
         assert proc.poll() is None and time.monotonic() < deadline, "the hanging trial never started"
         time.sleep(0.05)
     hanging_pid = next(line[4] for line in _launches(tmp_path) if line[2] == 2)
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "resume" in err
     assert not _pid_alive(hanging_pid)
@@ -285,7 +322,12 @@ def test_baseline_oom_says_nothing_shipped_fits_and_what_could(tmp_path: Path) -
     assert len(_launches(tmp_path)) == 1
     # With extra savers allowed (a new study: the settings differ), lower-bit quantization is tried.
     run = subprocess.run(
-        [*small, "--allow-extra-savers", "--study", "savers"], env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path
+        [*small, "--allow-extra-savers", "--study", "savers"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr
     best = _best_line(run.stdout)
@@ -294,12 +336,21 @@ def test_baseline_oom_says_nothing_shipped_fits_and_what_could(tmp_path: Path) -
 
 def test_status_from_another_process_during_a_sweep(tmp_path: Path) -> None:
     env = _env(tmp_path, SWEEP_FAKE_SLEEP_S="0.4")
-    sweep = subprocess.Popen(_argv(tmp_path, "--max-trials", "4"), env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = subprocess.Popen(
+        _argv(tmp_path, "--max-trials", "4"),
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     status_argv = [sys.executable, "-m", "autotune", "status", "--workdir", str(tmp_path / "runs"), "--json"]
     seen_running, answers = False, 0
     try:
         while sweep.poll() is None:
-            st = subprocess.run(status_argv, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+            st = subprocess.run(
+                status_argv, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+            )
             if st.returncode != 0:
                 assert answers == 0 and "no study" in st.stderr, st.stderr  # only before the study exists
                 assert "locked" not in st.stderr
@@ -309,7 +360,7 @@ def test_status_from_another_process_during_a_sweep(tmp_path: Path) -> None:
             answers += 1
             seen_running = seen_running or any(r["orchestrator_alive"] for r in info["running"])
     finally:
-        out, err = sweep.communicate(timeout=120)
+        _, err = sweep.communicate(timeout=120)
     assert sweep.returncode == 0, err
     assert answers >= 2 and seen_running
     text = subprocess.run(status_argv[:-1], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
