@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import logging
 import os
 import re
@@ -564,12 +565,29 @@ def end_trial_processes(trial: FrozenTrial, *, grace_s: float = 5.0) -> list[int
     tag = attrs.get("trial_tag")
     if isinstance(tag, str):
         victims.update({p.pid: p for p in processes_tagged(tag)})
+    mark = attrs.get("process_mark") or _runner_mark(attrs.get("trial_dir"))
+    if isinstance(mark, str) and mark:
+        from autotune.proctree import marked_processes
+
+        victims.update({p.pid: p for p in marked_processes(mark)})
     victims.pop(os.getpid(), None)
     _signal_all(victims.values(), "terminate")
     if not _wait_gone(victims.values(), grace_s):
         _signal_all(victims.values(), "kill")
         _wait_gone(victims.values(), grace_s)
     return sorted(victims)
+
+
+def _runner_mark(trial_dir: Any) -> str | None:
+    """The environment mark the runner gave the trial's processes (``process.json``), if it got that far."""
+    if not isinstance(trial_dir, str):
+        return None
+    try:
+        info = json.loads((Path(trial_dir) / "process.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    mark = info.get("mark") if isinstance(info, dict) else None
+    return mark if isinstance(mark, str) else None
 
 
 def _signal_all(procs: Iterable[psutil.Process], how: str) -> None:

@@ -505,15 +505,10 @@ class Sweep:
                 continue  # params from another knob set (should not happen: settings are checked)
             a = t.user_attrs
             running = t.state == TrialState.RUNNING
-            spread = None
             sps, step, step_spread = a.get("samples_per_s"), a.get("step_time_s"), a.get("step_time_spread_s")
-            if (
-                isinstance(sps, (int, float))
-                and isinstance(step, (int, float))
-                and isinstance(step_spread, (int, float))
-                and step > 0
-            ):
-                spread = sps * step_spread / step
+            spread = None  # relative, as the strategy wants it: 0.02 is 2 %
+            if isinstance(step, (int, float)) and isinstance(step_spread, (int, float)) and step > 0:
+                spread = step_spread / step
             out.append(
                 (
                     t,

@@ -289,3 +289,26 @@ def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "studies.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
+
+
+def test_orphan_found_by_the_runners_mark_in_process_json(tmp_path: Path) -> None:
+    """The orchestrator died right after the runner started the trial: only process.json knows it."""
+    import json
+
+    from autotune.proctree import MARK_VAR
+
+    s, _ = _open(tmp_path)
+    dead = _dead_orchestrator()
+    env = {**os.environ, MARK_VAR: "mark-42"}
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True, env=env
+    )
+    trial_dir = tmp_path / "trial-0000"
+    trial_dir.mkdir()
+    (trial_dir / "process.json").write_text(
+        json.dumps({"pid": orphan.pid, "mark": "mark-42", "started_at": time.time()})
+    )
+    s.start_trial({"batch_size": 4}, DISTS, {**dead.as_attrs(), "trial_dir": str(trial_dir)})
+    (r,) = s.recover_stale(st.Orchestrator.me())
+    assert orphan.pid in r.killed_pids
+    assert orphan.wait(timeout=10) is not None

@@ -218,21 +218,25 @@ def test_sigkill_at_random_moments_then_resume_gives_the_same_best(
     seed: int, clean_run: dict[str, Any], tmp_path: Path
 ) -> None:
     rng = random.Random(seed)
+    env = _env(tmp_path, SWEEP_FAKE_SLEEP_S="0.25")
     kills = 0
     for _ in range(3):
         proc = subprocess.Popen(
-            _argv(tmp_path),
-            env=_env(tmp_path),
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            _argv(tmp_path), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        time.sleep(rng.uniform(1.5, 6.0))
+        if rng.random() < 0.6:  # inside a trial: after a launch, somewhere in its run or its recording
+            target = len(_launches(tmp_path)) + rng.randint(1, 3)
+            deadline = time.monotonic() + 60
+            while len(_launches(tmp_path)) < target and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 0.4))
+        else:  # anywhere: start-up, resume, between trials
+            time.sleep(rng.uniform(0.3, 4.0))
         if proc.poll() is None:
             proc.kill()
             kills += 1
         proc.wait()
-    final = _sweep(tmp_path)
+    final = _sweep(tmp_path, env=env)
     assert final.returncode == 0, final.stderr
     assert _best_line(final.stdout).split(":", 2)[2] == _best_line(clean_run["proc"].stdout).split(":", 2)[2]
 
