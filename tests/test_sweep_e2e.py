@@ -370,3 +370,34 @@ def test_status_from_another_process_during_a_sweep(tmp_path: Path) -> None:
     text = subprocess.run(status_argv[:-1], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert text.returncode == 0
     assert "trials: 4 done" in text.stdout and "best: trial" in text.stdout and "report:" in text.stdout
+
+
+def test_effective_batch_kept_by_lowering_accumulation_and_forbidden_past_it(tmp_path: Path) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text(
+        "quantization: int8-quanto\noptimizer: adamw8bit\nbatch_size: 1\ngradient_checkpointing: true\n"
+        "gradient_accumulation_steps: 2\n"
+    )
+    run = _sweep(tmp_path, "--config", str(base), "--keep-effective-batch", "--max-trials", "4")
+    assert run.returncode == 0, run.stderr
+    trials = _trials(tmp_path)
+    assert {t["params"]["batch_size"] for t in trials} <= {1, 2}  # nothing past the effective batch of 2
+    for t in trials:
+        a = t["attrs"]
+        assert a["effective_batch"] == 2
+        assert a["gradient_accumulation_steps"] == 2 // t["params"]["batch_size"]
+    assert any(t["params"]["batch_size"] == 2 for t in trials)
+
+
+def test_confirm_reruns_the_winner_longer(tmp_path: Path) -> None:
+    run = _sweep(tmp_path, "--confirm", "--max-batch-size", "2")
+    assert run.returncode == 0, run.stderr
+    trials = _trials(tmp_path)
+    confirms = [t for t in trials if t["attrs"].get("role") == "confirm"]
+    assert len(confirms) == 1
+    confirm = confirms[0]
+    winner = next(t for t in trials if t["number"] == confirm["attrs"]["confirm_of"])
+    assert confirm["params"] == winner["params"] and confirm["attrs"]["steps"] == 4 * winner["attrs"]["steps"]
+    assert f"trial {winner['number']}:" in _best_line(run.stdout)
+    again = _sweep(tmp_path, "--confirm", "--max-batch-size", "2")  # resuming a finished sweep runs nothing
+    assert again.returncode == 0 and len(_trials(tmp_path)) == len(trials)
