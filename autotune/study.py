@@ -428,6 +428,10 @@ class SweepStudy:
         for t in self.trials():
             if t.datetime_start is None:
                 continue
+            recorded = t.user_attrs.get("spent_s")
+            if isinstance(recorded, (int, float)):
+                total += float(recorded)
+                continue
             end = t.datetime_complete or (now if t.state == TrialState.RUNNING else None)
             if end is not None:
                 total += max(0.0, (end - t.datetime_start).total_seconds())
@@ -500,7 +504,11 @@ class SweepStudy:
                 continue
             killed = kill(t)
             reason = "the orchestrator stopped while this trial ran (found on resume); it is run again"
-            self.set_trial_attrs(t, {"outcome": Outcome.INTERRUPTED.value, "reason": reason})
+            attrs: dict[str, Any] = {"outcome": Outcome.INTERRUPTED.value, "reason": reason}
+            spent = _last_activity_s(t)
+            if spent is not None:  # not the hours between the crash and this resume
+                attrs["spent_s"] = spent
+            self.set_trial_attrs(t, attrs)
             self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             self._trials = None
             recovered.append(Recovered(t.number, dict(t.params), killed))
@@ -576,6 +584,20 @@ def end_trial_processes(trial: FrozenTrial, *, grace_s: float = 5.0) -> list[int
         _signal_all(victims.values(), "kill")
         _wait_gone(victims.values(), grace_s)
     return sorted(victims)
+
+
+def _last_activity_s(trial: FrozenTrial) -> float | None:
+    """Seconds from a trial's start to the last write in its folder: the time it really ran."""
+    folder = trial.user_attrs.get("trial_dir")
+    if trial.datetime_start is None or not isinstance(folder, str):
+        return None
+    try:
+        last = max((p.stat().st_mtime for p in Path(folder).iterdir()), default=None)
+    except OSError:
+        return None
+    if last is None:
+        return 0.0
+    return max(0.0, last - trial.datetime_start.timestamp())
 
 
 def _runner_mark(trial_dir: Any) -> str | None:

@@ -421,9 +421,7 @@ class Sweep:
         if base_no is None:
             if (why := self._limit_reached()) is not None:
                 return why
-            trial = self._run_trial(base_cand, role="baseline")
-            study.set_attr("baseline_trial", trial.number)
-            base_no = trial.number
+            base_no = self._run_trial(base_cand, role="baseline").number
         base = study.trial(base_no)
         self._check_baseline(base)
         while True:
@@ -547,6 +545,8 @@ class Sweep:
             **(extra or {}),
         }
         trial = study.start_trial(params, ctx.dists, attrs)
+        if role == "baseline":  # at once: a kill after it finishes must not make a resume run it again
+            study.set_attr("baseline_trial", trial.number)
         trial_dir = ctx.study_dir / f"trial-{trial.number:04d}"
         estimate = self._estimate_s()
         self.progress.trial_started(
@@ -582,8 +582,6 @@ class Sweep:
             )
             self.progress.trial_finished(trial.number, f"crash: {attrs_end['reason']}")
             study.finish_trial(trial, attrs_end, None)
-            if not isinstance(error, AutotuneError):
-                raise error
             raise error
         assert result is not None
         attrs_end.update(self._measure(result, trial_dir, effective))

@@ -312,3 +312,20 @@ def test_orphan_found_by_the_runners_mark_in_process_json(tmp_path: Path) -> Non
     (r,) = s.recover_stale(st.Orchestrator.me())
     assert orphan.pid in r.killed_pids
     assert orphan.wait(timeout=10) is not None
+
+
+def test_recovered_trial_counts_only_the_time_it_really_ran(tmp_path: Path) -> None:
+    """A sweep killed at night and resumed in the morning has not spent the night on that trial."""
+    s, _ = _open(tmp_path)
+    trial_dir = tmp_path / "trial-0000"
+    trial_dir.mkdir()
+    t = s.start_trial(
+        {"batch_size": 4}, DISTS, {**_dead_orchestrator().as_attrs(), "trial_dir": str(trial_dir)}
+    )
+    log = trial_dir / "stdout.log"
+    log.write_text("Step 20/50\n")
+    started = t.datetime_start.timestamp()  # type: ignore[union-attr]
+    os.utime(log, (started + 1.5, started + 1.5))
+    s.recover_stale(st.Orchestrator.me(), kill=lambda _t: [])
+    later = dt.datetime.now() + dt.timedelta(hours=8)
+    assert s.spent_s(later) == pytest.approx(1.5, abs=0.01)

@@ -144,6 +144,15 @@ def true_best() -> tuple[tuple[str, str, int, bool], float]:
 
 
 @pytest.fixture(scope="module")
+def clean_small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """An uninterrupted sweep of the smaller space the kill tests use (batch sizes 1 and 2)."""
+    tmp = tmp_path_factory.mktemp("clean-small")
+    proc = _sweep(tmp, "--max-batch-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    return {"proc": proc, "trials": _trials(tmp)}
+
+
+@pytest.fixture(scope="module")
 def clean_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One uninterrupted sweep: the reference for the resume tests."""
     tmp = tmp_path_factory.mktemp("clean")
@@ -215,37 +224,40 @@ def test_sweep_over_a_fake_trainer_finds_the_best_and_runs_nothing_twice(clean_r
 
 @pytest.mark.parametrize("seed", [11, 23, 37])
 def test_sigkill_at_random_moments_then_resume_gives_the_same_best(
-    seed: int, clean_run: dict[str, Any], tmp_path: Path
+    seed: int, clean_small: dict[str, Any], tmp_path: Path
 ) -> None:
     rng = random.Random(seed)
     env = _env(tmp_path, SWEEP_FAKE_SLEEP_S="0.25")
+    argv = _argv(tmp_path, "--max-batch-size", "2")
     kills = 0
     for _ in range(3):
         proc = subprocess.Popen(
-            _argv(tmp_path), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         if rng.random() < 0.6:  # inside a trial: after a launch, somewhere in its run or its recording
-            target = len(_launches(tmp_path)) + rng.randint(1, 3)
+            target = len(_launches(tmp_path)) + rng.randint(1, 2)
             deadline = time.monotonic() + 60
             while len(_launches(tmp_path)) < target and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
             time.sleep(rng.uniform(0.0, 0.4))
         else:  # anywhere: start-up, resume, between trials
-            time.sleep(rng.uniform(0.3, 4.0))
+            time.sleep(rng.uniform(0.3, 3.0))
         if proc.poll() is None:
             proc.kill()
             kills += 1
         proc.wait()
-    final = _sweep(tmp_path, env=env)
+    final = _sweep(tmp_path, "--max-batch-size", "2", env=env)
     assert final.returncode == 0, final.stderr
-    assert _best_line(final.stdout).split(":", 2)[2] == _best_line(clean_run["proc"].stdout).split(":", 2)[2]
+    assert (
+        _best_line(final.stdout).split(":", 2)[2] == _best_line(clean_small["proc"].stdout).split(":", 2)[2]
+    )
 
     trials = _trials(tmp_path)
     interrupted = Counter(_key(t["params"]) for t in trials if t["attrs"].get("outcome") == "interrupted")
     finished = [_key(t["params"]) for t in trials if t["attrs"].get("outcome") != "interrupted"]
     launched = Counter(_cand(*line[:4]) for line in _launches(tmp_path))
     assert len(finished) == len(set(finished))  # no finished trial was ever run again
-    clean = sorted(_key(t["params"]) for t in clean_run["trials"])
+    clean = sorted(_key(t["params"]) for t in clean_small["trials"])
     assert sorted(finished) == clean  # the same trials as the uninterrupted sweep
     for cand, n in launched.items():  # launched once, plus once more per interrupted run of it
         assert n <= 1 + interrupted[cand], (cand, n, interrupted[cand])
@@ -390,7 +402,7 @@ def test_effective_batch_kept_by_lowering_accumulation_and_forbidden_past_it(tmp
 
 
 def test_confirm_reruns_the_winner_longer(tmp_path: Path) -> None:
-    run = _sweep(tmp_path, "--confirm", "--max-batch-size", "2")
+    run = _sweep(tmp_path, "--confirm", "--max-batch-size", "1")
     assert run.returncode == 0, run.stderr
     trials = _trials(tmp_path)
     confirms = [t for t in trials if t["attrs"].get("role") == "confirm"]
@@ -399,5 +411,5 @@ def test_confirm_reruns_the_winner_longer(tmp_path: Path) -> None:
     winner = next(t for t in trials if t["number"] == confirm["attrs"]["confirm_of"])
     assert confirm["params"] == winner["params"] and confirm["attrs"]["steps"] == 4 * winner["attrs"]["steps"]
     assert f"trial {winner['number']}:" in _best_line(run.stdout)
-    again = _sweep(tmp_path, "--confirm", "--max-batch-size", "2")  # resuming a finished sweep runs nothing
+    again = _sweep(tmp_path, "--confirm", "--max-batch-size", "1")  # resuming a finished sweep runs nothing
     assert again.returncode == 0 and len(_trials(tmp_path)) == len(trials)
