@@ -431,9 +431,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if result.best_samples_per_s and result.baseline_samples_per_s:
             gain = f", {result.best_samples_per_s / result.baseline_samples_per_s:.2f}x the baseline"
         print(f"best: trial {result.best_trial}: {result.best_params} at {speed}{gain}", file=out)
-    for path in result.reports:
-        if path.suffix == ".md":
-            print(f"report: {path}", file=out)
+    md = [p for p in result.reports if p.suffix == ".md"]
+    if md:
+        others = ", ".join(p.name for p in result.reports if p.suffix in (".html", ".json"))
+        print(f"report: {md[0]}" + (f" (beside it: {others})" if others else ""), file=out)
     if not result.reports:
         print(f"see it with: autotune status --study {result.study} --storage {result.storage}", file=out)
     return EXIT_OK

@@ -63,8 +63,9 @@ DRAIN_TIMEOUT_S = 120.0
 DEMO_STUDY = "demo"
 DEMO_STEPS = 12
 DEMO_MAX_BATCH_SIZE = 8
-DEMO_TRIAL_TIMEOUT_S = 90.0
-DEMO_STALL_TIMEOUT_S = 60.0
+DEMO_TRIAL_TIMEOUT_S = 120.0
+DEMO_STALL_TIMEOUT_S = 120.0  # the reference trainer prints every 20 steps: a 12-step trial only at its end
+DEMO_BUDGET_S = 150.0  # trial time: the demo ends in about 3 minutes even on a slow laptop
 
 
 class SweepInterrupted(AutotuneError):
@@ -110,6 +111,7 @@ class SweepOptions:
             "max_batch_size": DEMO_MAX_BATCH_SIZE,
             "trial_timeout_s": DEMO_TRIAL_TIMEOUT_S,
             "stall_timeout_s": DEMO_STALL_TIMEOUT_S,
+            "budget_s": DEMO_BUDGET_S,
             "demo": True,
         }
         base.update({k: v for k, v in overrides.items() if v is not None})
