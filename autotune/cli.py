@@ -419,7 +419,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         result = sweep.run()
     except SweepInterrupted as exc:
-        print(f"interrupted: {exc}", file=sys.stderr)
+        print(str(exc), file=sys.stderr)
         return EXIT_INTERRUPTED
     out = sys.stdout
     print(f"sweep {result.study}: {result.stop_reason} after {result.trials_run} trial(s)", file=out)

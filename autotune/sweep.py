@@ -292,6 +292,9 @@ class Sweep:
             return
 
         def handler(signum: int, _frame: Any) -> None:
+            if self._signal is not None:
+                self.progress.line("still ending the running trial (it gets a grace period, then SIGKILL)...")
+                return
             if self._signal is None:
                 self._signal = signum
                 self.stop.set()
