@@ -295,12 +295,11 @@ class Sweep:
             if self._signal is not None:
                 self.progress.line("still ending the running trial (it gets a grace period, then SIGKILL)...")
                 return
-            if self._signal is None:
-                self._signal = signum
-                self.stop.set()
-                self.progress.line(
-                    f"{signal.Signals(signum).name}: ending the running trial and recording it as interrupted..."
-                )
+            self._signal = signum
+            self.stop.set()
+            self.progress.line(
+                f"{signal.Signals(signum).name}: ending the running trial and recording it as interrupted..."
+            )
 
         old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -315,7 +314,7 @@ class Sweep:
         storage_url = st.check_storage_url(opts.storage or st.default_storage_url(workdir))
         study_name = st.validate_study_name(opts.study or default_study_name(opts))
 
-        from autotune.space import Candidate, Space
+        from autotune.space import Space
         from autotune.strategy import Strategy
         from autotune.trainers import get_adapter
 
@@ -407,8 +406,8 @@ class Sweep:
             f"{(1 - opts.headroom) * card.vram_gb:.2f} GB with {opts.headroom:.0%} headroom)"
         )
 
-        stop_reason = self._search(strategy, base_cand, Candidate)
-        best_trial = self._pick_best(strategy, stop_reason)
+        stop_reason = self._search(strategy, base_cand)
+        best_trial = self._pick_best(strategy)
         if best_trial is not None and opts.confirm and stop_reason == "done":
             best_trial = self._confirm(strategy, best_trial)
         study.set_attr("best_trial", best_trial)
@@ -419,7 +418,7 @@ class Sweep:
 
     # the search
 
-    def _search(self, strategy: Any, base_cand: Any, candidate_cls: Any) -> str:
+    def _search(self, strategy: Any, base_cand: Any) -> str:
         """Run trials until the strategy is done or a limit stops it; returns why it stopped."""
         study = self.study
         base_no = self._baseline_trial()
@@ -761,7 +760,7 @@ class Sweep:
         ]
         return max(ok, key=lambda t: t.user_attrs["samples_per_s"]) if ok else None
 
-    def _pick_best(self, strategy: Any, stop_reason: str) -> int | None:
+    def _pick_best(self, strategy: Any) -> int | None:
         """The strategy's winner as a trial number (the latest non-confirm trial of that candidate)."""
         pairs = self._observations()
         best = strategy.best([o for _, o in pairs])
