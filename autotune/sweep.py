@@ -402,8 +402,9 @@ class Sweep:
         self.progress.line(
             f"autotune sweep: study {study_name!r} in {storage_url}"
             + (f" (resuming: {done} trial{'s' if done != 1 else ''} done)" if done else "")
-            + f"; trainer {opts.trainer}, card {card.name} ({card.vram_gb:.1f} GB, fit <= "
-            f"{(1 - opts.headroom) * card.vram_gb:.2f} GB with {opts.headroom:.0%} headroom)"
+            + f"; trainer {opts.trainer}, card {card.name}"
+            + ("" if " GB" in card.name else f" ({card.vram_gb:.1f} GB)")
+            + f": fits at <= {(1 - opts.headroom) * card.vram_gb:.3g} GB ({opts.headroom:.0%} headroom)"
         )
 
         stop_reason = self._search(strategy, base_cand)
