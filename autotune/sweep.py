@@ -467,10 +467,11 @@ class Sweep:
                 "lower-bit quantization), or a card with more memory. Log: " + str(log)
             )
         self._write_reports()
+        hint = _BASELINE_HINTS.get(str(outcome), "see the log for why")
         raise BaselineFailedError(
             f"the baseline (trial {trial.number}) failed with outcome {outcome}: {reason}. "
-            "No relaxation can fix that, so the sweep stops here; fix the config or environment and "
-            f"start a new study (--study NAME). Log: {log}"
+            f"No relaxation can fix that, so the sweep stops here: {hint}; then start a new study "
+            f"with --study NAME. Log: {log}"
         )
 
     def _limit_reached(self) -> str | None:
@@ -885,6 +886,16 @@ class Sweep:
             "config exists below it. Options: a larger card, --vram-gb N to plan for one, or --force to "
             "try the low-VRAM config at your own risk"
         )
+
+
+_BASELINE_HINTS = {
+    Outcome.TIMEOUT.value: "if the trainer is only slow here, raise --trial-timeout (or lower --steps)",
+    Outcome.STALLED.value: "if the trainer is silent for long (loading a model), raise --stall-timeout",
+    Outcome.CONFIG_ERROR.value: "fix the config (or the command) the trainer rejected",
+    Outcome.HOST_OOM.value: "host RAM ran out: free memory, or use a machine with more RAM",
+    Outcome.NAN.value: "the loss went NaN with the trainer's own config: check the data and learning rate",
+    Outcome.CRASH.value: "fix what the log shows",
+}
 
 
 @dataclass
