@@ -99,6 +99,8 @@ class SweepOptions:
     trainer_options: dict[str, Any] = field(default_factory=dict)
     #: A knob file to use instead of ``configs/knobs/<trainer>.yaml`` (tests, custom trainers).
     knob_file: Path | None = None
+    #: How long to wait after a trial for the GPU's memory to come back to its pre-trial level.
+    drain_timeout_s: float = DRAIN_TIMEOUT_S
     demo: bool = False
 
     @classmethod
@@ -738,7 +740,7 @@ class Sweep:
             return
         from autotune.gpu import wait_for_drain
 
-        wait_for_drain(self.nvml, self.card.indices, before, DRAIN_TIMEOUT_S)
+        wait_for_drain(self.nvml, self.card.indices, before, self.opts.drain_timeout_s)
 
     def _estimate_s(self) -> float | None:
         walls = [
