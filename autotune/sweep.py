@@ -628,15 +628,18 @@ class Sweep:
                 )
             except BaseException as exc:
                 box["error"] = exc
+            finally:
+                done.set()
 
+        done = threading.Event()
         worker = threading.Thread(target=work, name=f"trial-{trial.number}", daemon=True)
         worker.start()
         pid_recorded = False
-        while worker.is_alive():
-            worker.join(0.2)
+        while not done.wait(0.05 if not pid_recorded else 0.25):  # wakes at once when the trial ends
             if not pid_recorded:
                 pid_recorded = self._record_pid(trial, trial_dir)
             self.progress.tick()
+        worker.join()
         return box.get("result"), box.get("error")
 
     def _record_pid(self, trial: FrozenTrial, trial_dir: Path) -> bool:
