@@ -264,7 +264,7 @@ def test_baseline_trial_prints_ltx2_lines_and_writes_metrics(tmp_path: Path) -> 
     metrics = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))
     assert len(metrics["step_times_s"]) == len(metrics["losses"]) == 6
     assert metrics["peak_vram_gb"] == pytest.approx(float(stats.group(4)), abs=0.005)
-    assert metrics["peak_vram_gb"] < 0.03125  # the baseline fits its emulated card
+    assert metrics["peak_vram_gb"] < 0.0275 * 0.9  # the baseline fits its emulated card, with headroom
     assert metrics["samples_per_s"] == pytest.approx(1 / metrics["step_time_s"])
     assert metrics["loss"] == metrics["losses"][-1]
     assert list((tmp_path / "out" / "checkpoints").glob("lora_weights_step_00006.pt"))
@@ -282,7 +282,7 @@ def test_over_the_emulated_card_dies_of_a_real_oom(tmp_path: Path) -> None:
     assert "📊 Training Statistics:" not in proc.stdout
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ")
-    assert "GPU 0 has a total capacity of 32.00 MiB of which" in last
+    assert "GPU 0 has a total capacity of 28.16 MiB of which" in last
     assert "(emulated card on CPU" in last
     assert "Traceback (most recent call last):" in proc.stderr
     assert "trials/reference/model.py" in proc.stderr  # raised inside the model, at the allocation

@@ -181,6 +181,7 @@ SCHEMA: Schema = {
         "log_interval": _int(1),
         "warmup_steps": _int(0),
         "memory_steps": _opt_int(1),
+        "threads": _opt_int(1),
         "model": {
             "hidden_dim": _int(8),
             "depth": _int(1),
@@ -266,6 +267,7 @@ class TrainConfig:
     log_interval: int = 20
     warmup_steps: int = 2
     memory_steps: int | None = 3
+    threads: int | None = None
     model: ModelShape = ModelShape()
     data: DataShape = DataShape()
 
@@ -363,6 +365,7 @@ def parse_config(data: Any) -> TrainConfig:
         log_interval=get("reference.log_interval", 20),
         warmup_steps=get("reference.warmup_steps", 2),
         memory_steps=get("reference.memory_steps", 3),
+        threads=get("reference.threads", None),
         model=shape,
         data=data_shape,
     )

@@ -205,6 +205,8 @@ def steady_state(times: list[float], warmup: int) -> list[float]:
 def run(cfg: TrainConfig, *, progress_bars: bool) -> dict[str, Any]:
     """Train as configured; return the metrics written to ``$AUTOTUNE_METRICS_FILE``."""
     started = time.perf_counter()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     memory = DeviceMemory(device, cfg.emulated_vram_gb)
