@@ -60,20 +60,27 @@ class PynvmlBackend:
             raise NvmlUnavailable(_explain(exc)) from exc
 
     def driver_version(self) -> str:
-        return _text(self._nv.nvmlSystemGetDriverVersion())
+        try:
+            return _text(self._nv.nvmlSystemGetDriverVersion())
+        except self._nv.NVMLError as exc:
+            raise NvmlUnavailable(_explain(exc)) from exc
 
     def devices(self) -> list[DeviceInfo]:
+        """Every GPU the driver sees; a driver failure here is ``NvmlUnavailable`` too."""
         out = []
-        for i in range(self._nv.nvmlDeviceGetCount()):
-            h = self._nv.nvmlDeviceGetHandleByIndex(i)
-            out.append(
-                DeviceInfo(
-                    index=i,
-                    uuid=_text(self._nv.nvmlDeviceGetUUID(h)),
-                    name=_text(self._nv.nvmlDeviceGetName(h)),
-                    memory_total_bytes=int(self._nv.nvmlDeviceGetMemoryInfo(h).total),
+        try:
+            for i in range(self._nv.nvmlDeviceGetCount()):
+                h = self._nv.nvmlDeviceGetHandleByIndex(i)
+                out.append(
+                    DeviceInfo(
+                        index=i,
+                        uuid=_text(self._nv.nvmlDeviceGetUUID(h)),
+                        name=_text(self._nv.nvmlDeviceGetName(h)),
+                        memory_total_bytes=int(self._nv.nvmlDeviceGetMemoryInfo(h).total),
+                    )
                 )
-            )
+        except self._nv.NVMLError as exc:
+            raise NvmlUnavailable(_explain(exc)) from exc
         return out
 
     def memory_used_bytes(self, index: int) -> int:

@@ -6,6 +6,7 @@ Plain data: ``load_yaml``. Edits of a trainer's own file: ``RoundTripConfig``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,7 @@ class RoundTripConfig:
             node, depth = child, depth + 1
         rendered = _flow(value)
         if depth == len(parts) - 1 and parts[-1] in node:
+            rendered = _keep_quotes(lines, node, parts[-1], value, rendered)
             lines = _replace_value(lines, node, parts[-1], rendered)
         else:
             missing = parts[depth:]
@@ -178,6 +180,16 @@ def _replace_value(lines: list[str], parent: CommentedMap, key: str, rendered: s
     comment = _inline_comment(rest)
     lines[key_line] = f"{line[:col]}{rendered}{comment}\n"
     return lines
+
+
+def _keep_quotes(lines: list[str], parent: CommentedMap, key: str, value: Any, rendered: str) -> str:
+    """A string replacing a double-quoted string stays double-quoted, as the file's author wrote it."""
+    if not isinstance(value, str) or not isinstance(parent[key], str):
+        return rendered
+    line_no, col = parent.lc.value(key)
+    if line_no < len(lines) and lines[line_no][col : col + 1] == '"':
+        return json.dumps(value, ensure_ascii=False)
+    return rendered
 
 
 def _is_block(value: Any) -> bool:

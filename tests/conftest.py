@@ -11,7 +11,21 @@ import pytest
 pytest_plugins = ["tests.pg"]
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_LTX2 = REPO.parent / "shared" / "fixtures" / "ltx2"
+
+
+def _find_shared_ltx2() -> Path:
+    """``../shared/fixtures/ltx2`` beside the checkout (or beside a folder above it, for git
+    worktrees nested one level deeper); ``AUTOTUNE_LTX2_FIXTURES`` overrides."""
+    if os.environ.get("AUTOTUNE_LTX2_FIXTURES"):
+        return Path(os.environ["AUTOTUNE_LTX2_FIXTURES"])
+    for parent in REPO.parents:
+        candidate = parent / "shared" / "fixtures" / "ltx2"
+        if candidate.is_dir():
+            return candidate
+    return REPO.parent / "shared" / "fixtures" / "ltx2"
+
+
+SHARED_LTX2 = _find_shared_ltx2()
 FAKES = Path(__file__).resolve().parent / "fakes"
 IN_CI = os.environ.get("CI") == "true"
 

@@ -1,0 +1,141 @@
+"""Unknown-key checks for trainer configs, against a schema written as data.
+
+The LTX-2 trainer forbids unknown keys in every section, so a typo stops it at
+start-up, after minutes of model loading. We check first, and say where: file,
+line, the full dotted key, a "did you mean" for near misses, and the right
+section for a key put in the wrong one. The schema format is described in
+``configs/ltx2-schema.yaml``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from autotune.errors import ConfigError
+from autotune.yamlconf import load_yaml
+
+ANY = "any"
+
+
+@dataclass(frozen=True)
+class UnknownKey:
+    """One key the schema does not know, with where it sits (1-based line and column)."""
+
+    dotted: str
+    key: str
+    line: int
+    column: int
+    allowed: tuple[str, ...]
+    elsewhere: tuple[str, ...]  # sections where a key of this name is allowed
+
+    def hint(self) -> str:
+        close = difflib.get_close_matches(self.key, self.allowed, n=1, cutoff=0.6)
+        if close:
+            return f"did you mean {close[0]!r}?"
+        if self.elsewhere:
+            return f"it belongs in {' or '.join(repr(s) for s in self.elsewhere)}"
+        return "allowed here: " + ", ".join(self.allowed) if self.allowed else "this section takes no keys"
+
+
+@lru_cache(maxsize=4)
+def load_schema(name: str = "ltx2-schema.yaml") -> Mapping[str, Any]:
+    """A schema shipped under ``configs/``."""
+    from configs import config_file
+
+    node = config_file(name)
+    try:
+        text = node.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"the key schema configs/{name} is missing from this installation ({exc})"
+        ) from None
+    data = load_yaml(text, f"configs/{name}")
+    if not isinstance(data, dict):
+        raise ConfigError(f"configs/{name}: a schema is a mapping of sections")
+    return data
+
+
+def find_unknown_keys(text: str, schema: Mapping[str, Any], source: str = "<config>") -> list[UnknownKey]:
+    """Every key in the YAML ``text`` that ``schema`` does not allow, in file order."""
+    load_yaml(text, source)  # syntax errors first, with the usual line:col message
+    doc = YAML(typ="rt").load(text)
+    out: list[UnknownKey] = []
+    if isinstance(doc, CommentedMap):
+        homes = _homes(schema)
+        _walk(doc, schema, "", out, homes)
+    return sorted(out, key=lambda u: (u.line, u.column))
+
+
+def check_keys(
+    text: str,
+    source: str,
+    schema: Mapping[str, Any] | None = None,
+    *,
+    extra_sections: Iterable[str] = (),
+    trainer: str = "the LTX-2 trainer",
+) -> None:
+    """Raise ``ConfigError`` naming every unknown key (file:line:col, dotted key, hint)."""
+    schema = dict(schema if schema is not None else load_schema())
+    for name in extra_sections:
+        schema[name] = ANY
+    unknown = find_unknown_keys(text, schema, source)
+    if not unknown:
+        return
+    lines = [f"  {source}:{u.line}:{u.column}: unknown key {u.dotted!r} ({u.hint()})" for u in unknown]
+    n = len(unknown)
+    raise ConfigError(
+        f"{n} unknown key{'s' if n > 1 else ''} in {source}; {trainer} rejects unknown keys at start-up:\n"
+        + "\n".join(lines)
+        + "\nFix the spelling or remove the key, then run again."
+    )
+
+
+def _walk(node: Any, spec: Any, prefix: str, out: list[UnknownKey], homes: dict[str, list[str]]) -> None:
+    if spec is None or spec == ANY:
+        return
+    if isinstance(spec, list):
+        if isinstance(node, list) and spec:
+            for i, item in enumerate(node):
+                _walk(item, spec[0], f"{prefix}[{i}].", out, homes)
+        return
+    if not isinstance(spec, dict) or not isinstance(node, CommentedMap):
+        return  # a value of the wrong shape is the trainer's own validation to report
+    for key in node:
+        dotted = f"{prefix}{key}"
+        if key in spec:
+            _walk(node[key], spec[key], dotted + ("" if isinstance(spec[key], list) else "."), out, homes)
+            continue
+        line, col = node.lc.key(key)
+        section = re.sub(r"\[\d+\]", "[]", prefix.rstrip(".")) or "top level"
+        out.append(
+            UnknownKey(
+                dotted=dotted,
+                key=str(key),
+                line=line + 1,
+                column=col + 1,
+                allowed=tuple(str(k) for k in spec),
+                elsewhere=tuple(h for h in homes.get(str(key), []) if h != section),
+            )
+        )
+
+
+def _homes(schema: Mapping[str, Any], prefix: str = "") -> dict[str, list[str]]:
+    """Key name -> the sections (dotted, ``"top level"`` for the root) where it is allowed."""
+    homes: dict[str, list[str]] = {}
+    for key, sub in schema.items():
+        homes.setdefault(str(key), []).append(prefix.rstrip(".") or "top level")
+        if isinstance(sub, dict):
+            for k, v in _homes(sub, f"{prefix}{key}.").items():
+                homes.setdefault(k, []).extend(v)
+        elif isinstance(sub, list) and sub and isinstance(sub[0], dict):
+            for k, v in _homes(sub[0], f"{prefix}{key}[].").items():
+                homes.setdefault(k, []).extend(v)
+    return homes
