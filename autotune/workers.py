@@ -118,20 +118,18 @@ def create_running_trial(
     return trial_id, storage.get_trial_number_from_id(trial_id)
 
 
-def start_next(
+def claim_next(
     study: optuna.Study,
     book: ClaimBook,
     propose: Propose,
-    distributions: Callable[[Mapping[str, Any]], Mapping[str, BaseDistribution]],
     *,
-    user_attrs: Mapping[str, Any] | None = None,
     on_reaped: Callable[[Reaped], None] | None = None,
-) -> Started | Waiting | None:
-    """Claim the strategy's next candidate and create its RUNNING trial.
+) -> Claim | Waiting | None:
+    """Claim the strategy's next candidate; the caller then creates its trial and ``attach``-es it.
 
     ``propose(trials, in_flight)`` is the strategy: it sees every trial (RUNNING ones are
     running elsewhere) plus the params of candidates claimed elsewhere whose trial this
-    snapshot does not show as RUNNING yet, and returns params or None. Returns ``Started``,
+    snapshot does not show as RUNNING yet, and returns params or None. Returns the claim,
     ``Waiting`` (None proposed while work is in flight: look again later) or None (done).
     """
     for _ in range(MAX_LOST_RACES):
@@ -147,26 +145,49 @@ def start_next(
         params = propose(trials, in_flight)
         if params is None:
             return Waiting(in_flight=len(claims)) if claims else None
-        params = dict(params)
         seen = count_runs([t.params for t in trials if t.state != TrialState.WAITING], params)
         claim = book.try_claim(params, seen)
-        if claim is None:
-            continue  # another worker claimed this run of it a moment ago
-        trial_id, number = create_running_trial(study, params, distributions(params), user_attrs=user_attrs)
-        if not book.attach(claim, trial_id):
-            fail_trial(
-                study,
-                trial_id,
-                f"interrupted: this worker ({book.worker.name}) stalled for longer than its lease "
-                f"({book.lease_s:g}s) between claiming the candidate and starting it, and another "
-                "worker took the claim",
-            )
-            continue
-        return Started(claim=claim, trial_id=trial_id, number=number, params=params)
+        if claim is not None:
+            return claim
+        # Lost the race: another worker claimed this run of it a moment ago. Look again.
     raise StorageError(
         f"lost {MAX_LOST_RACES} races in a row for a candidate of study {study.study_name!r}: the "
         "strategy keeps proposing candidates that other workers hold; this is a bug, please report it"
     )
+
+
+def attach_or_fail(study: optuna.Study, book: ClaimBook, claim: Claim, trial_id: int) -> bool:
+    """Tie a new trial to its claim. False (and the trial failed as interrupted) if it was reaped."""
+    if book.attach(claim, trial_id):
+        return True
+    fail_trial(
+        study,
+        trial_id,
+        f"interrupted: this worker ({book.worker.name}) stalled for longer than its lease "
+        f"({book.lease_s:g}s) between claiming the candidate and starting it, and another "
+        "worker took the claim",
+    )
+    return False
+
+
+def start_next(
+    study: optuna.Study,
+    book: ClaimBook,
+    propose: Propose,
+    distributions: Callable[[Mapping[str, Any]], Mapping[str, BaseDistribution]],
+    *,
+    user_attrs: Mapping[str, Any] | None = None,
+    on_reaped: Callable[[Reaped], None] | None = None,
+) -> Started | Waiting | None:
+    """``claim_next``, then create the claimed candidate's RUNNING trial (params set) and attach it."""
+    while True:
+        step = claim_next(study, book, propose, on_reaped=on_reaped)
+        if not isinstance(step, Claim):
+            return step
+        params = step.params
+        trial_id, number = create_running_trial(study, params, distributions(params), user_attrs=user_attrs)
+        if attach_or_fail(study, book, step, trial_id):
+            return Started(claim=step, trial_id=trial_id, number=number, params=params)
 
 
 def record(
