@@ -1,8 +1,39 @@
-"""How a trial ended. Every end but ``ok`` is a FAIL trial in the study."""
+"""How a trial ended, judged by one pure function over what the runner saw.
+
+``classify`` looks at the exit (code or signal), the runner's flags (timed out,
+stalled, interrupted), the output text and the metrics read, and names one
+``Outcome``. Substring matching on error text is fragile, so every pattern here
+is anchored to a real message (see tests/test_outcome.py for the table), and
+texts that merely mention memory ("illegal memory access", ``max_memory``) do
+not count.
+
+Precedence, when several apply (first wins), and why:
+
+1. ``interrupted``: the user stopped the sweep; the end says nothing about the config.
+2. ``oom``: a device OOM text anywhere. Trainers often hang or get killed after an
+   OOM (the runner ends them), so this beats timeout, stalled and crash.
+3. ``host_oom`` from text (``DefaultCPUAllocator: can't allocate memory``, ``MemoryError``).
+4. ``config_error``: a config/usage error text and a failed exit. It is a failure of
+   the input, not of the candidate; it must not read as a crash.
+5. ``nan``: a NaN/inf loss in the metrics or the output. The config diverged; whatever
+   happened after (crash, hang) follows from it.
+6. ``timeout``, then ``stalled``: the runner's own limits fired (a SIGKILL the runner
+   sent is not a host OOM).
+7. ``host_oom`` from a SIGKILL (-9, or 137 through a shell) with no traceback: the
+   kernel's OOM killer leaves no message.
+8. ``crash``: any other failed exit or signal.
+9. ``crash`` too when the trial exited 0 but metrics were given and hold no speed
+   (garbage or missing metrics: nothing to rank it by); ``ok`` otherwise.
+"""
 
 from __future__ import annotations
 
+import re
+import signal as _signal
+from dataclasses import dataclass
 from enum import Enum
+
+from autotune.metrics import TrialMetrics
 
 
 class Outcome(str, Enum):
@@ -18,3 +49,265 @@ class Outcome(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+# Pattern sources are ASCII so the runner can compile them as bytes too and scan raw output.
+DEVICE_OOM_SOURCE = (
+    r"\b(?:CUDA|HIP|XPU|NPU|MPS backend) out of memory"
+    r"|\bOutOfMemoryError\b"  # torch.OutOfMemoryError, torch.cuda.OutOfMemoryError
+    r"|CUDA error: out of memory"
+    r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+    r"|CUDNN_STATUS_NOT_SUPPORTED"  # cuDNN workspace OOM (Lightning and accelerate agree)
+    r"|Cuda failure \d* ?'out of memory'"  # NCCL
+    r"|RESOURCE_EXHAUSTED: Out of memory"
+)
+HOST_OOM_SOURCE = (
+    r"DefaultCPUAllocator: can't allocate memory"
+    r"|^(?:\[rank\s*\d+\]:?\s*)?(?:\w+\.)*MemoryError\b"  # Python's own, as a traceback's last line
+    r"|std::bad_alloc"
+    r"|Unable to allocate [\d.]+ [KMGT]?i?B for an array"  # numpy
+)
+CONFIG_ERROR_SOURCE = (
+    r"Error: Invalid configuration data:"  # LTX-2's trainer
+    r"|\b\d+ validation errors? for \w+"  # pydantic
+    r"|pydantic(?:_core\._pydantic_core)?\.ValidationError"
+    r"|: error: (?:unrecognized arguments|the following arguments are required|argument \S+: )"  # argparse
+    r"|No such option: -|Missing argument '|Invalid value for '"  # click / typer
+    r"|yaml\.(?:scanner\.ScannerError|parser\.ParserError)"
+)
+NAN_SOURCE = (
+    r"(?i:\bloss\s*(?:[:=]|is|became|went)\s*[-+]?(?:nan|inf(?:inity)?)\b)"
+    r"|(?i:\bnan loss\b)|(?i:\bloss is not finite\b)"
+)
+# What the runner keeps from the output even when it scrolls out of the tail.
+NOTABLE_SOURCE = "|".join(
+    f"(?:{s})" for s in (DEVICE_OOM_SOURCE, HOST_OOM_SOURCE, CONFIG_ERROR_SOURCE, NAN_SOURCE)
+)
+ANY_OOM_SOURCE = f"(?:{DEVICE_OOM_SOURCE})|(?:{HOST_OOM_SOURCE})"
+# Every notable text contains one of these literals. ``bytes in`` runs at memory speed while
+# the regexes above cost ~100 ms per MB, so the runner tests for these first on huge output.
+NOTABLE_KEYWORDS: tuple[bytes, ...] = (
+    b"memory",
+    b"Memory",
+    b"MEMORY",
+    b"_ALLOC_FAILED",
+    b"NOT_SUPPORTED",
+    b"bad_alloc",
+    b"allocate",
+    b"configuration",
+    b"validation error",
+    b"ValidationError",
+    b": error: ",
+    b"No such option",
+    b"Missing argument",
+    b"Invalid value for",
+    b"yaml.",
+    b"loss",
+    b"Loss",
+    b"LOSS",
+)
+
+_DEVICE_OOM = re.compile(DEVICE_OOM_SOURCE, re.M)
+_HOST_OOM = re.compile(HOST_OOM_SOURCE, re.M)
+_CONFIG_ERROR = re.compile(CONFIG_ERROR_SOURCE, re.M)
+_NAN = re.compile(NAN_SOURCE, re.M)
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+_RANK_PREFIX = re.compile(r"^\[rank\s*\d+\]:?[ \t]?", re.M)
+
+
+@dataclass(frozen=True)
+class OutcomeReason:
+    """An outcome and a one-line reason a person can read (stored as the trial's ``reason``)."""
+
+    outcome: Outcome
+    reason: str
+
+
+def classify(
+    returncode: int | None,
+    signal: int | None,
+    *,
+    timed_out: bool,
+    stalled: bool,
+    interrupted: bool,
+    output: str,
+    metrics: TrialMetrics | None,
+) -> Outcome:
+    """The trial's outcome; see the module docstring for the precedence."""
+    return explain(
+        returncode,
+        signal,
+        timed_out=timed_out,
+        stalled=stalled,
+        interrupted=interrupted,
+        output=output,
+        metrics=metrics,
+    ).outcome
+
+
+def explain(
+    returncode: int | None,
+    signal: int | None,
+    *,
+    timed_out: bool,
+    stalled: bool,
+    interrupted: bool,
+    output: str,
+    metrics: TrialMetrics | None,
+) -> OutcomeReason:
+    """Like ``classify``, with the one-line reason.
+
+    ``returncode`` may be Popen's (negative for a signal) or a shell's (128 + n);
+    ``signal`` is the signal that ended the process, when known.
+    """
+    sig = _ending_signal(returncode, signal)
+    failed = sig is not None or (returncode is not None and returncode != 0)
+    if interrupted:
+        return OutcomeReason(Outcome.INTERRUPTED, "interrupted: autotune was stopped while the trial ran")
+    if m := _last(_DEVICE_OOM, output):
+        details = parse_oom(output)
+        extra = f" ({details.describe()})" if details and details.describe() else ""
+        return OutcomeReason(Outcome.OOM, f"device out of memory{extra}: {_line_at(output, m)}")
+    if m := _last(_HOST_OOM, output):
+        return OutcomeReason(Outcome.HOST_OOM, f"host RAM exhausted: {_line_at(output, m)}")
+    if failed and (m := _first(_CONFIG_ERROR, output)):
+        return OutcomeReason(Outcome.CONFIG_ERROR, f"config or usage error: {_line_at(output, m)}")
+    if metrics is not None and metrics.nan_loss:
+        return OutcomeReason(Outcome.NAN, "loss went NaN/inf (in the metrics read)")
+    if m := _first(_NAN, output):
+        return OutcomeReason(Outcome.NAN, f"loss went NaN/inf: {_line_at(output, m)}")
+    if timed_out:
+        return OutcomeReason(Outcome.TIMEOUT, "timed out: hit the wall-clock limit and was ended")
+    if stalled:
+        return OutcomeReason(Outcome.STALLED, "stalled: printed nothing for the stall limit and was ended")
+    if sig == _signal.SIGKILL and not _TRACEBACK.search(output):
+        return OutcomeReason(
+            Outcome.HOST_OOM,
+            "killed by SIGKILL with no traceback: most likely the kernel's OOM killer (host RAM)",
+        )
+    if failed:
+        how = f"signal {_signal_name(sig)}" if sig is not None else f"exit code {returncode}"
+        last = _last_line(output)
+        return OutcomeReason(Outcome.CRASH, f"crashed with {how}" + (f": {last}" if last else ""))
+    if returncode is None:
+        return OutcomeReason(Outcome.CRASH, "the trial's exit status is unknown")
+    if metrics is not None and not metrics.measured:
+        return OutcomeReason(Outcome.CRASH, "exited 0 but no step time or samples/s could be read from it")
+    return OutcomeReason(Outcome.OK, "finished")
+
+
+@dataclass(frozen=True)
+class OomDetails:
+    """Figures from a device OOM message, in GiB; any may be missing."""
+
+    tried_gb: float | None
+    free_gb: float | None
+    total_gb: float | None
+
+    def describe(self) -> str:
+        parts = []
+        if self.tried_gb is not None:
+            parts.append(f"tried to allocate {self.tried_gb:.2f} GiB")
+        if self.free_gb is not None:
+            parts.append(f"{self.free_gb:.2f} GiB free")
+        if self.total_gb is not None:
+            parts.append(f"of {self.total_gb:.2f} GiB total")
+        return ", ".join(parts)
+
+
+_SIZE = r"([\d.]+)\s*([KMGT]i?B|bytes|B)\b"
+_TRIED = re.compile(r"Tried\s+to\s+allocate\s+" + _SIZE)  # \s+: lines may be wrapped
+_NEW_CAPACITY = re.compile(
+    r"has\s+a\s+total\s+capacity\s+of\s+" + _SIZE + r"\s+of\s+which\s+" + _SIZE + r"\s+is\s+free"
+)
+_OLD_CAPACITY = re.compile(r"\(GPU\s+\d+;\s*" + _SIZE + r"\s+total\s+capacity;")
+_OLD_FREE = re.compile(r";\s*" + _SIZE + r"\s+free;")
+_UNIT_GIB = {
+    "B": 1 / 1024**3,
+    "BYTES": 1 / 1024**3,
+    "KB": 1 / 1024**2,
+    "MB": 1 / 1024,
+    "GB": 1.0,
+    "TB": 1024.0,
+}
+
+
+def parse_oom(output: str) -> OomDetails | None:
+    """Tried / free / total memory from the last torch-style OOM message, or None.
+
+    Handles the current message ("GPU 0 has a total capacity of X of which Y is
+    free"), the older one ("(GPU 0; X total capacity; ...; Y free; ...)"), HIP and
+    XPU variants, any of B/KiB/MiB/GiB/TiB, and ``[rank0]: `` prefixes.
+    """
+    text = _RANK_PREFIX.sub("", output)
+    tried_matches = list(_TRIED.finditer(text))
+    start = tried_matches[-1].start() if tried_matches else 0
+    window = text[start : start + 4000] if tried_matches else text
+    tried = _gib(tried_matches[-1].group(1), tried_matches[-1].group(2)) if tried_matches else None
+    total = free = None
+    if caps := list(_NEW_CAPACITY.finditer(window)):
+        c = caps[0] if tried_matches else caps[-1]
+        total, free = _gib(c.group(1), c.group(2)), _gib(c.group(3), c.group(4))
+    elif olds := list(_OLD_CAPACITY.finditer(window)):
+        c = olds[0] if tried_matches else olds[-1]
+        total = _gib(c.group(1), c.group(2))
+        if f := _OLD_FREE.search(window, c.end(), c.end() + 400):
+            free = _gib(f.group(1), f.group(2))
+    if tried is None and total is None:
+        return None
+    return OomDetails(tried_gb=tried, free_gb=free, total_gb=total)
+
+
+def _gib(number: str, unit: str) -> float | None:
+    try:
+        value = float(number)
+    except ValueError:
+        return None
+    return value * _UNIT_GIB[unit.upper().replace("I", "")]
+
+
+def _ending_signal(returncode: int | None, signal: int | None) -> int | None:
+    if signal is not None:
+        return signal
+    if returncode is not None and returncode < 0:
+        return -returncode
+    if returncode == 128 + _signal.SIGKILL:  # a shell reports the child's SIGKILL as 137
+        return int(_signal.SIGKILL)
+    return None
+
+
+def _signal_name(sig: int | None) -> str:
+    try:
+        return _signal.Signals(sig).name if sig is not None else "?"
+    except ValueError:
+        return str(sig)
+
+
+def _first(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    return pattern.search(text)
+
+
+def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    last = None
+    for last in pattern.finditer(text):  # noqa: B007 - we want the final match
+        pass
+    return last
+
+
+def _line_at(text: str, match: re.Match[str]) -> str:
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    return _short(text[start : end if end != -1 else len(text)])
+
+
+def _last_line(text: str) -> str:
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return _short(line)
+    return ""
+
+
+def _short(line: str, limit: int = 200) -> str:
+    line = _RANK_PREFIX.sub("", line.strip()).strip()
+    return line if len(line) <= limit else line[: limit - 3] + "..."

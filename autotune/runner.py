@@ -1,0 +1,395 @@
+"""One trial subprocess: launched, watched, limited, ended, recorded.
+
+Every trial ends, and ends completely: it runs in its own session and process
+group; a wall-clock limit, a stall limit (no output), an OOM text in its output
+and the ``stop`` event (Ctrl-C) all lead to SIGTERM to the group, a grace
+period, then SIGKILL to the group and to every descendant seen (see
+``autotune.proctree``: the tree is sampled while the trial runs and descendants
+are marked through the environment, so ``setsid`` grandchildren die too).
+
+Output streams to ``stdout.log``/``stderr.log`` through one select loop that
+keeps only a bounded tail in memory (plus the few lines that decide the
+outcome), so 100 MB of output neither deadlocks the pipes nor grows autotune.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import selectors
+import signal as _signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from autotune.errors import AutotuneError
+from autotune.launch import LaunchSpec, redacted_env
+from autotune.monitor import ResourceMonitor
+from autotune.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
+from autotune.proctree import MARK_VAR, ProcessTree, kill_tree
+
+TAIL_BYTES = 256 * 1024  # kept in memory for classification
+NOTABLE_LINES = 40  # outcome-deciding lines kept even when they scroll out of the tail
+READ_CHUNK = 64 * 1024  # one pipe buffer
+POLL_S = 0.05  # how quickly limits and the stop event are noticed
+TREE_REFRESH_S = 0.25  # how often the process tree is walked for new descendants (one /proc pass)
+OOM_KILL_GRACE_S = 2.0  # after an OOM the trainer already had oom_grace_s to exit on its own
+LEFTOVER_GRACE_S = 2.0  # for descendants still alive after the trainer exited by itself
+KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for processes to disappear
+DRAIN_S = 2.0  # after every process is gone, how long to wait for the pipes to close
+
+_ANY_OOM = re.compile(ANY_OOM_SOURCE.encode(), re.M)
+_NOTABLE = re.compile(NOTABLE_SOURCE.encode(), re.M)
+
+
+class LaunchError(AutotuneError):
+    """The trial command could not be started at all (missing program, bad cwd)."""
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """When to end a trial. ``None`` disables a limit; seconds otherwise.
+
+    ``grace_s`` is the time between SIGTERM and SIGKILL; ``oom_grace_s`` the time a
+    trainer gets to exit on its own after printing an OOM (then SIGTERM, at most
+    ``OOM_KILL_GRACE_S``, SIGKILL: an OOM that hangs ends within about 7 s).
+    """
+
+    wall_timeout_s: float | None
+    stall_timeout_s: float | None
+    grace_s: float = 10.0
+    oom_grace_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("wall_timeout_s", "stall_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(
+                    f"RunLimits.{name} must be a positive number of seconds or None; got {value!r}"
+                )
+        for name in ("grace_s", "oom_grace_s"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"RunLimits.{name} must be zero or more seconds; got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What happened. ``returncode`` is Popen's (negative when a signal ended it); ``signal`` that signal."""
+
+    returncode: int | None
+    signal: int | None
+    timed_out: bool
+    stalled: bool
+    interrupted: bool
+    oom_seen: bool
+    wall_s: float
+    stdout_path: Path
+    stderr_path: Path
+    output_tail: str
+    measured_peak_vram_gb: float | None
+    peak_host_rss_gb: float
+    timeline_path: Path | None
+    pid: int
+    end_reason: str | None = None  # why autotune ended it ("wall timeout", "stall", "oom", "stop"), else None
+    vram_source: str | None = None  # "process" or "device" (see autotune.monitor)
+    processes_seen: int = 1
+    survivors: tuple[int, ...] = ()  # pids that outlived SIGKILL (uninterruptible sleep); normally empty
+
+
+def run_trial(
+    spec: LaunchSpec,
+    trial_dir: Path,
+    limits: RunLimits,
+    *,
+    monitor: ResourceMonitor | None = None,
+    stop: threading.Event | None = None,
+    on_output: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Run one trial to its end and record it in ``trial_dir``.
+
+    Writes ``command.sh``, ``env.json`` (added env, secrets redacted),
+    ``process.json`` (pid and environment mark, for ending orphans on resume),
+    ``stdout.log``, ``stderr.log`` and ``memory.csv``. ``on_output`` gets each
+    output line (both streams) as it arrives. Without ``monitor``, host memory
+    alone is sampled. Raises ``LaunchError`` when the command cannot start.
+    """
+    return _Trial(spec, Path(trial_dir), limits, monitor or ResourceMonitor(), stop, on_output).run()
+
+
+def end_orphaned_trial(trial_dir: Path, *, grace_s: float = 5.0) -> list[int]:
+    """End whatever is left of a trial whose orchestrator died (resume); returns the pids ended.
+
+    Reads the trial's ``process.json``; only processes that carry its environment
+    mark are touched, so a pid reused since then is safe. No file: nothing to end.
+    """
+    path = Path(trial_dir) / "process.json"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        pid, mark, started = int(info["pid"]), str(info["mark"]), float(info["started_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return kill_tree(pid, mark=mark, grace_s=grace_s, started_at=started)
+
+
+class _Stream:
+    def __init__(self, name: str, pipe: IO[bytes], log: IO[bytes]) -> None:
+        self.name = name
+        self.fd = pipe.fileno()
+        self.pipe = pipe
+        self.log = log
+        self.pending = b""  # an incomplete last line, scanned once its end arrives
+        self.open = True
+
+
+class _Trial:
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        trial_dir: Path,
+        limits: RunLimits,
+        monitor: ResourceMonitor,
+        stop: threading.Event | None,
+        on_output: Callable[[str], None] | None,
+    ) -> None:
+        self.spec, self.dir, self.limits, self.monitor = spec, trial_dir, limits, monitor
+        self.stop = stop or threading.Event()
+        self.on_output = on_output
+        self.tail = bytearray()
+        self.total_bytes = 0
+        self.notable: list[bytes] = []
+        self.oom_at: float | None = None
+        self.end_reason: str | None = None
+        self.term_at: float | None = None
+        self.kill_at: float | None = None
+        self.killed_at: float | None = None
+
+    # --- the whole run ---------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        mark = uuid.uuid4().hex
+        (self.dir / "command.sh").write_text(
+            "#!/bin/sh\n# The trial's command as autotune ran it (secrets redacted).\n"
+            + self.spec.shell_command()
+            + "\n",
+            encoding="utf-8",
+        )
+        (self.dir / "env.json").write_text(
+            json.dumps(redacted_env(self.spec.env), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        stdout_path, stderr_path = self.dir / "stdout.log", self.dir / "stderr.log"
+        env = {**os.environ, **self.spec.env, MARK_VAR: mark}
+        started_wall = time.time()
+        with stdout_path.open("wb") as out_log, stderr_path.open("wb") as err_log:
+            try:
+                proc = subprocess.Popen(
+                    list(self.spec.argv),
+                    cwd=self.spec.cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    bufsize=0,
+                )
+            except OSError as exc:
+                raise LaunchError(
+                    f"could not start the trial command {self.spec.argv[0]!r} in {self.spec.cwd}: {exc}. "
+                    "Check that the program exists and is executable and that the folder exists."
+                ) from exc
+            t0 = time.monotonic()
+            self.last_output = t0
+            (self.dir / "process.json").write_text(
+                json.dumps({"pid": proc.pid, "mark": mark, "started_at": started_wall}) + "\n",
+                encoding="utf-8",
+            )
+            tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall)
+            assert proc.stdout is not None and proc.stderr is not None
+            streams = [_Stream("stdout", proc.stdout, out_log), _Stream("stderr", proc.stderr, err_log)]
+            self.monitor.start(tree, self.dir / "memory.csv")
+            survivors: list[int] = []
+            try:
+                survivors = self._loop(proc, tree, streams, t0)
+            finally:
+                if proc.poll() is None or tree.alive():  # an exception (Ctrl-C) in the loop: leave nothing
+                    tree.refresh(include_marked=True)
+                    tree.signal_all(_signal.SIGKILL)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=KILL_WAIT_S)
+                    tree.wait_gone(KILL_WAIT_S)
+                summary = self.monitor.stop()
+                for s in streams:
+                    s.pipe.close()
+            wall_s = time.monotonic() - t0
+        rc = proc.returncode
+        return RunResult(
+            returncode=rc,
+            signal=-rc if rc is not None and rc < 0 else None,
+            timed_out=self.end_reason == "wall timeout",
+            stalled=self.end_reason == "stall",
+            interrupted=self.end_reason == "stop",
+            oom_seen=self.oom_at is not None,
+            wall_s=wall_s,
+            stdout_path=stdout_path,
+            stderr_path=stderr_path,
+            output_tail=self._output_tail(),
+            measured_peak_vram_gb=summary.peak_vram_gb,
+            peak_host_rss_gb=summary.peak_host_rss_gb,
+            timeline_path=summary.timeline_path,
+            pid=proc.pid,
+            end_reason=self.end_reason,
+            vram_source=summary.vram_source,
+            processes_seen=tree.seen(),
+            survivors=tuple(survivors),
+        )
+
+    def _loop(
+        self, proc: subprocess.Popen[bytes], tree: ProcessTree, streams: list[_Stream], t0: float
+    ) -> list[int]:
+        sel = selectors.DefaultSelector()
+        for s in streams:
+            sel.register(s.fd, selectors.EVENT_READ, s)
+        next_refresh = t0
+        exited_at: float | None = None
+        final_scan = False
+        drain_until: float | None = None
+        try:
+            while True:
+                for key, _ in sel.select(timeout=POLL_S):
+                    stream: _Stream = key.data
+                    if not self._pump(stream):
+                        sel.unregister(stream.fd)
+                now = time.monotonic()
+                if exited_at is None and proc.poll() is None:
+                    if now >= next_refresh:
+                        tree.refresh()
+                        next_refresh = now + TREE_REFRESH_S
+                    if self.end_reason is None:
+                        self._check_limits(now, t0)
+                    if self.end_reason is not None:
+                        self._escalate(tree, now)
+                    continue
+                if exited_at is None:  # the trainer just ended: look for what it left behind
+                    exited_at = now
+                    tree.refresh(include_marked=True)
+                leftovers = tree.alive(include_root=False)
+                if leftovers:
+                    if self.term_at is None:  # it exited by itself; its leftovers get a short grace
+                        self.term_at, self.kill_at = now, now + min(self.limits.grace_s, LEFTOVER_GRACE_S)
+                        tree.signal_all(_signal.SIGTERM)
+                    self._escalate(tree, now)
+                    if self.killed_at is not None and now - self.killed_at > KILL_WAIT_S:
+                        return [p.pid for p in leftovers]  # uninterruptible: report, do not hang
+                    continue
+                if not final_scan:  # one more look for marked processes spawned meanwhile
+                    final_scan = True
+                    tree.refresh(include_marked=True)
+                    continue
+                if drain_until is None:
+                    drain_until = now + DRAIN_S
+                if not sel.get_map() or now >= drain_until:
+                    return []
+        finally:
+            for s in streams:
+                if s.pending:
+                    self._scan(s.pending, now=time.monotonic())
+                    s.pending = b""
+            sel.close()
+
+    # --- output ----------------------------------------------------------------------------------
+    def _pump(self, stream: _Stream) -> bool:
+        """Read what the pipe has; False at end of stream."""
+        try:
+            data = os.read(stream.fd, READ_CHUNK)
+        except OSError:
+            data = b""
+        if not data:
+            stream.open = False
+            if stream.pending:
+                self._scan(stream.pending, now=time.monotonic())
+                stream.pending = b""
+            return False
+        now = time.monotonic()
+        self.last_output = now
+        stream.log.write(data)
+        self.total_bytes += len(data)
+        self.tail += data
+        if len(self.tail) > 2 * TAIL_BYTES:
+            del self.tail[:-TAIL_BYTES]
+        block = stream.pending + data
+        cut = block.rfind(b"\n") + 1
+        if cut == 0 and len(block) < READ_CHUNK:
+            stream.pending = block
+            return True
+        if cut == 0:  # a very long line without newline: scan it as it is
+            cut = len(block)
+        stream.pending = block[cut:]
+        self._scan(block[:cut], now=now)
+        return True
+
+    def _scan(self, block: bytes, *, now: float) -> None:
+        if self.on_output is not None:
+            for text in block.decode("utf-8", errors="replace").splitlines():
+                self.on_output(text)
+        if not any(k in block for k in NOTABLE_KEYWORDS):
+            return
+        for m in _NOTABLE.finditer(block):
+            start = block.rfind(b"\n", 0, m.start()) + 1
+            end = block.find(b"\n", m.end())
+            line = block[start : end if end != -1 else len(block)][:1000]
+            if len(self.notable) < NOTABLE_LINES and line not in self.notable:
+                self.notable.append(line)
+        if self.oom_at is None and _ANY_OOM.search(block):
+            self.oom_at = now
+
+    def _output_tail(self) -> str:
+        tail = bytes(self.tail[-TAIL_BYTES:])
+        cut = len(self.tail) > TAIL_BYTES or self.total_bytes > len(self.tail)
+        text = tail.decode("utf-8", errors="replace")
+        if not cut:
+            return text
+        text = text.split("\n", 1)[-1]  # drop a partial first line
+        kept = [ln.decode("utf-8", errors="replace") for ln in self.notable]
+        kept = [ln for ln in kept if ln not in text]
+        head = "".join(f"{ln}\n" for ln in kept)
+        if head:
+            head = "[autotune: lines kept from earlier output]\n" + head
+        return (
+            f"{head}[autotune: earlier output left out; the full logs are stdout.log and stderr.log]\n{text}"
+        )
+
+    # --- limits and ending -----------------------------------------------------------------------
+    def _check_limits(self, now: float, t0: float) -> None:
+        grace = self.limits.grace_s
+        if self.stop.is_set():
+            self.end_reason = "stop"
+        elif self.limits.wall_timeout_s is not None and now - t0 >= self.limits.wall_timeout_s:
+            self.end_reason = "wall timeout"
+        elif (
+            self.limits.stall_timeout_s is not None and now - self.last_output >= self.limits.stall_timeout_s
+        ):
+            self.end_reason = "stall"
+        elif self.oom_at is not None and now - self.oom_at >= self.limits.oom_grace_s:
+            self.end_reason = "oom"
+            grace = min(grace, OOM_KILL_GRACE_S)
+        if self.end_reason is not None:
+            self.term_at, self.kill_at = None, now + grace
+
+    def _escalate(self, tree: ProcessTree, now: float) -> None:
+        """SIGTERM once, SIGKILL at ``kill_at`` and again to anything found after that."""
+        if self.term_at is None:
+            self.term_at = now
+            tree.signal_all(_signal.SIGTERM)
+        assert self.kill_at is not None
+        if now >= self.kill_at:
+            if self.killed_at is None:
+                self.killed_at = now
+                tree.refresh(include_marked=True)
+            tree.signal_all(_signal.SIGKILL)
