@@ -12,6 +12,12 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
   what it could read (possibly an empty ``TrialMetrics``).
 - ``baseline_params`` reads the knob values the baseline config already has, so the
   sweep can start from the trainer's own choice.
+- ``render`` raises ``CandidateRefused`` (a ``ConfigError``) for a candidate the trainer
+  cannot run at all (say, a batch larger than the dataset), before anything runs; the
+  message says why. ``max_batch_size`` tells the sweep that limit up front.
+- Every launch env sets ``AUTOTUNE_METRICS_FILE=<trial_dir>/trainer-metrics.json``.
+- Adapters take their options as keyword arguments (``get_adapter("ltx2",
+  trainer_dir=..., launcher=[...])``); an unknown option is a ``UsageError``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from autotune.errors import UnknownTrainerError
+from autotune.errors import ConfigError, UnknownTrainerError
 from autotune.launch import LaunchSpec
 from autotune.metrics import TrialMetrics
 
@@ -43,6 +49,10 @@ class Baseline:
     path: Path | None = None
     num_gpus: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class CandidateRefused(ConfigError):
+    """A candidate this trainer cannot run at all; the message says why (nothing was started)."""
 
 
 class TrainerAdapter(ABC):
@@ -81,8 +91,29 @@ class TrainerAdapter(ABC):
         """The winning config in the trainer's own format: the baseline with only the knobs changed."""
 
     @abstractmethod
-    def training_command(self, config_path: Path) -> str:
-        """The shell command that runs the full training with ``config_path``."""
+    def training_command(
+        self,
+        config_path: Path,
+        *,
+        baseline: Baseline | None = None,
+        params: Params | None = None,
+        gradient_accumulation_steps: int | None = None,
+    ) -> str:
+        """The shell command that runs the full training with ``config_path`` (``final_config`` written there).
+
+        Flag-driven trainers need ``baseline`` and ``params`` to spell the command out;
+        YAML-driven ones only the path.
+        """
+
+    def max_batch_size(self, baseline: Baseline) -> int | None:
+        """The largest per-GPU batch the trainer can run with this baseline (None: no known limit)."""
+        return None
+
+    def knob_path(self) -> Path:
+        """This trainer's knob file (``configs/knobs/<trainer>.yaml``)."""
+        from configs import config_file
+
+        return Path(str(config_file("knobs", self.knob_file)))
 
 
 _REGISTRY: dict[str, Callable[..., TrainerAdapter]] = {}

@@ -1,0 +1,216 @@
+"""Reading the LTX-2 trainer's stdout: its ``Step`` lines and its end-of-run statistics block.
+
+The trainer logs through Rich, so a line can carry a level column in front
+(``INFO     ``), the source location at the end (``trainer.py:612``), a
+``[rank N] `` prefix under accelerate, and, when ``COLUMNS`` was not honoured,
+be wrapped at 80 columns with continuation lines indented under the message.
+This module undoes all of that and never raises: a truncated or garbage log
+gives whatever could be read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from autotune.metrics import TrialMetrics
+from autotune.timing import steady_state
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_RANK = re.compile(r"^\[rank ?(\d+)\]:? ?")
+_LEVEL = re.compile(r"^(?:\[\d\d:\d\d:\d\d\]\s+)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?=\S)")
+_SUFFIX = re.compile(r"\s+[\w.-]+\.py:\d+\s*$")
+_CONTINUATION_INDENT = 9  # Rich's level column: "INFO     " (8 wide + 1 space)
+
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf"
+_STEP = re.compile(
+    rf"Step\s+(\d+)\s*/\s*(\d+)\s+-\s+Loss:\s+({_NUM}),\s+LR:\s+({_NUM}),\s+"
+    rf"Time/Step:\s+(\d+(?:\.\d+)?)s\b(?:,\s+Total\s+Time:\s+(\d+)h\s+(\d+)m)?",
+    re.IGNORECASE,
+)
+_STATS_MARK = "Training Statistics"
+_STATS = {
+    "total_time": re.compile(
+        r"Total time:\s+(\d+(?:\.\d+)?)\s*(seconds|second|s|minutes|minute|min|hours|hour|h)\b"
+    ),
+    "steps_per_s": re.compile(r"Training speed:\s+(\d+(?:\.\d+)?)\s+steps/s"),
+    "samples_per_s": re.compile(r"Samples/second:\s+(\d+(?:\.\d+)?)"),
+    "peak_gb": re.compile(r"Peak GPU memory:\s+(\d+(?:\.\d+)?)\s*GB"),
+    "processes": re.compile(r"Number of processes:\s+(\d+)\b"),
+    "global_batch": re.compile(r"Global batch size:\s+(\d+)\b"),
+}
+_TIME_UNIT_S = {"s": 1, "second": 1, "seconds": 1, "min": 60, "minute": 60, "minutes": 60, "h": 3600}
+_TIME_UNIT_S.update({"hour": 3600, "hours": 3600})
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """One ``Step n/N`` line: ``time_s`` is per optimizer step (micro-step times grad-accum)."""
+
+    step: int
+    total: int
+    loss: float
+    lr: float
+    time_s: float
+    total_time_s: float | None = None
+
+
+@dataclass
+class Statistics:
+    """The ``📊 Training Statistics:`` block (every field may be missing: truncated logs)."""
+
+    total_time_s: float | None = None
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    peak_gb: float | None = None
+    num_processes: int | None = None
+    global_batch: int | None = None
+
+
+@dataclass
+class Ltx2Log:
+    steps: list[StepLine] = field(default_factory=list)
+    stats: Statistics | None = None
+    rank: int | None = None  # the rank whose lines were read (None: no rank prefix)
+
+    def steady_step_time(self) -> tuple[float | None, float | None]:
+        """Median Time/Step after the first window (the first Step line), and its spread."""
+        ordered = sorted(self.steps, key=lambda s: s.step)
+        return steady_state([s.time_s for s in ordered], skip=1)
+
+    def to_metrics(self, effective_batch: int | None = None) -> TrialMetrics:
+        """TrialMetrics from the log; ``samples_per_s`` from the steady step time when the batch is known."""
+        step_time, spread = self.steady_step_time()
+        stats = self.stats or Statistics()
+        samples = stats.samples_per_s
+        if step_time and effective_batch:
+            samples = effective_batch / step_time
+        return TrialMetrics(
+            step_time_s=step_time,
+            step_time_spread_s=spread,
+            step_times_s=[s.time_s for s in sorted(self.steps, key=lambda s: s.step)],
+            samples_per_s=samples,
+            steps_per_s=stats.steps_per_s,
+            trainer_peak_vram_gb=stats.peak_gb,
+            losses=[s.loss for s in sorted(self.steps, key=lambda s: s.step)],
+            source="ltx2-log",
+        )
+
+
+def logical_lines(text: str) -> dict[int | None, list[str]]:
+    """Output split per rank into logical lines, Rich's prefixes, suffixes and wrapping undone.
+
+    The rank prefix may come before the level column (accelerate's) or inside the
+    message (a logger's format); a continuation line without one belongs to the
+    record above it.
+    """
+    streams: dict[int | None, list[str]] = {}
+    last: int | None = None
+    for raw in re.split(r"\r\n|\r|\n", text):
+        line = _ANSI.sub("", raw).rstrip()
+        rank: int | None = None
+        m = _RANK.match(line)
+        if m:
+            rank = int(m.group(1))
+            line = line[m.end() :]
+        if not line.strip():
+            streams.setdefault(rank, []).append("")
+            continue
+        level = _LEVEL.match(line)
+        if level:
+            message = line[level.end() :]
+            inner = _RANK.match(message)
+            if inner:
+                rank = int(inner.group(1))
+                message = message[inner.end() :]
+            streams.setdefault(rank, []).append(_SUFFIX.sub("", message).strip())
+            last = rank
+            continue
+        target = rank if m else last
+        lines = streams.setdefault(target, [])
+        if line.startswith(" " * _CONTINUATION_INDENT) and lines and lines[-1]:
+            # Rich's continuation of a wrapped message: indented under the message column.
+            lines[-1] = f"{lines[-1]} {_SUFFIX.sub('', line).strip()}"
+        else:
+            streams.setdefault(rank, []).append(line.strip())
+            last = rank
+    return streams
+
+
+def parse_ltx2_output(text: str) -> Ltx2Log:
+    """Step lines and statistics from the trainer's output (stdout, or stdout and stderr)."""
+    if not isinstance(text, str):
+        return Ltx2Log()
+    best = Ltx2Log()
+    best_key: tuple[int, int, int] | None = None
+    for rank, lines in logical_lines(text).items():
+        log = _parse_stream(lines)
+        log.rank = rank
+        key = (len(log.steps), int(log.stats is not None), -(rank if rank is not None else -1))
+        if best_key is None or key > best_key:
+            best, best_key = log, key
+    return best
+
+
+def _parse_stream(lines: list[str]) -> Ltx2Log:
+    log = Ltx2Log()
+    # Wrapped messages are already joined; joining blank-separated runs catches a
+    # message Rich wrapped without indentation (plain console prints).
+    text = "\n".join(lines)
+    seen: dict[int, StepLine] = {}
+    for m in _STEP.finditer(_flatten(text)):
+        step = _step_from_match(m)
+        if step is not None:
+            seen[step.step] = step
+    log.steps = sorted(seen.values(), key=lambda s: s.step)
+    mark = text.rfind(_STATS_MARK)
+    if mark >= 0:
+        log.stats = _parse_stats(_flatten(text[mark:]))
+    return log
+
+
+def _flatten(text: str) -> str:
+    return re.sub(r"[ \t]*\n[ \t]*", " ", text)
+
+
+def _step_from_match(m: re.Match[str]) -> StepLine | None:
+    try:
+        total_time = None
+        if m.group(6) is not None:
+            total_time = int(m.group(6)) * 3600.0 + int(m.group(7)) * 60.0
+        return StepLine(
+            step=int(m.group(1)),
+            total=int(m.group(2)),
+            loss=float(m.group(3)),
+            lr=float(m.group(4)),
+            time_s=float(m.group(5)),
+            total_time_s=total_time,
+        )
+    except (ValueError, OverflowError):
+        return None
+
+
+def _parse_stats(text: str) -> Statistics:
+    stats = Statistics()
+    found = {name: rx.search(text) for name, rx in _STATS.items()}
+    try:
+        if m := found["total_time"]:
+            stats.total_time_s = float(m.group(1)) * _TIME_UNIT_S[m.group(2).lower()]
+        if m := found["steps_per_s"]:
+            stats.steps_per_s = float(m.group(1))
+        if m := found["samples_per_s"]:
+            stats.samples_per_s = float(m.group(1))
+        if m := found["peak_gb"]:
+            stats.peak_gb = float(m.group(1))
+        if m := found["processes"]:
+            stats.num_processes = int(m.group(1))
+        if m := found["global_batch"]:
+            stats.global_batch = int(m.group(1))
+    except (ValueError, KeyError):
+        pass
+    for name in ("total_time_s", "steps_per_s", "samples_per_s", "peak_gb"):
+        value = getattr(stats, name)
+        if value is not None and not math.isfinite(value):
+            setattr(stats, name, None)
+    return stats

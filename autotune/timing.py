@@ -1,0 +1,45 @@
+"""Steady-state step time from a series of per-step times: warm-up left out, median, spread.
+
+One rule for every source (LTX-2 ``Step`` lines, the trial-side hook, a trainer's
+metrics file), so trials measured by different readers compare fairly.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+#: How many optimizer steps count as warm-up when per-step times are known
+#: (LTX-2 prints a Step line every 20 steps; its first window is the warm-up).
+WARMUP_STEPS = 20
+
+
+def finite(values: Sequence[float]) -> list[float]:
+    return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+
+
+def warmup_count(n: int, window: int = WARMUP_STEPS) -> int:
+    """Per-step samples to skip: the first window, but never more than half of a short run."""
+    return min(window, n // 2)
+
+
+def steady_state(samples: Sequence[float], skip: int) -> tuple[float | None, float | None]:
+    """Median of ``samples[skip:]`` and its spread (half the IQR from 4 samples, else the stdev).
+
+    With nothing left after ``skip`` the warm-up samples are used rather than
+    nothing: a rough number beats none, and the spread then shows it.
+    """
+    values = finite(samples)
+    steady = values[skip:] or values
+    if not steady:
+        return None, None
+    median = statistics.median(steady)
+    if len(steady) >= 4:
+        q = statistics.quantiles(steady, n=4, method="inclusive")
+        spread: float | None = (q[2] - q[0]) / 2
+    elif len(steady) >= 2:
+        spread = statistics.stdev(steady)
+    else:
+        spread = None
+    return median, spread

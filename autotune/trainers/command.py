@@ -1,0 +1,271 @@
+"""Any trainer, from a command template (``--cmd``).
+
+The template is split into argv once, with ``shlex``, and the placeholders are
+filled in per argv element: nothing goes through a shell, so ``x; rm -rf ~`` in a
+template or a value stays a literal argument. Placeholders: the study's params
+(the knob names), ``{config}`` (the rendered YAML), ``{steps}``,
+``{gradient_accumulation_steps}``, ``{trial_dir}``; ``{{``/``}}`` are literal braces.
+An unknown placeholder is a ``UsageError`` when the adapter is made, before anything runs.
+
+``{config}``: the baseline config (``--config``) with the knobs written into the keys
+named by ``config_keys`` (by default LTX-2's keys when the file has an
+``optimization:`` section), or, with no baseline config, a flat YAML of the params.
+Metrics: ``AUTOTUNE_METRICS_FILE`` first, else the LTX-2 statistics block and Step lines.
+"""
+
+from __future__ import annotations
+
+import shlex
+import string
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from autotune.errors import ConfigError, UsageError
+from autotune.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.launch import LaunchSpec
+from autotune.ltx2log import parse_ltx2_output
+from autotune.metrics import TrialMetrics
+from autotune.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
+from autotune.trainers.common import (
+    check_params,
+    check_positive_int,
+    effective_batch_of,
+    merge_metrics,
+    metrics_env,
+    read_trial_record,
+    same_value,
+    take_options,
+    write_trial_record,
+)
+from autotune.trainers.ltx2 import (
+    GRAD_ACCUM_KEY,
+    KNOB_KEYS,
+    STEPS_KEY,
+    finish_metrics,
+    get_dotted,
+    hook_env,
+    read_output,
+)
+from autotune.yamlconf import RoundTripConfig, load_yaml
+
+KNOBS = ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
+EXTRA_PLACEHOLDERS = ("config", "steps", "gradient_accumulation_steps", "trial_dir")
+LTX2_CONFIG_KEYS = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY, "steps": STEPS_KEY}
+
+
+def placeholders(argv: list[str]) -> list[str]:
+    """The ``{name}`` fields used in ``argv`` (a bad brace is a UsageError naming the element)."""
+    names: list[str] = []
+    for element in argv:
+        try:
+            parsed = list(string.Formatter().parse(element))
+        except ValueError as exc:
+            raise UsageError(
+                f"command template element {element!r}: {exc}; write literal braces as {{{{ and }}}}"
+            ) from None
+        for _, field, _, _ in parsed:
+            if field is None:
+                continue
+            if not field.isidentifier():
+                raise UsageError(
+                    f"command template element {element!r}: {{{field}}} is not a placeholder name"
+                )
+            names.append(field)
+    return names
+
+
+class _Values(dict[str, str]):
+    """Missing placeholders stay as written (only in the printed full-run command)."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    return str(value)
+
+
+@register
+class CommandAdapter(TrainerAdapter):
+    """Options: ``template`` (the command, required), ``cwd`` (where it runs; default the current
+    folder), ``config_keys`` (param -> dotted key in the config, also for ``steps`` and
+    ``gradient_accumulation_steps``), ``hook`` (inject the trial-side hook; default off)."""
+
+    name: ClassVar[str] = "command"
+    knob_file: ClassVar[str] = "command.yaml"
+
+    def __init__(self, **options: Any) -> None:
+        take_options(options, self.name, ("template", "cwd", "config_keys", "hook"))
+        template = options.get("template")
+        if not isinstance(template, str) or not template.strip():
+            raise UsageError(
+                "trainer 'command' needs a command template: --cmd 'python train.py --config {config} "
+                "--batch-size {batch_size} --steps {steps}'"
+            )
+        try:
+            self.argv = shlex.split(template)
+        except ValueError as exc:
+            raise UsageError(f"cannot split the command template {template!r}: {exc}") from None
+        self.template = template
+        known = [*KNOBS, *EXTRA_PLACEHOLDERS]
+        unknown = sorted(set(placeholders(self.argv)) - set(known))
+        if unknown:
+            raise UsageError(
+                f"unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)} in the command template; "
+                f"known ones: {', '.join('{' + k + '}' for k in known)}"
+            )
+        cwd = options.get("cwd")
+        self.cwd = Path(cwd).resolve() if cwd else Path.cwd()
+        keys = options.get("config_keys")
+        if keys is not None:
+            if not isinstance(keys, Mapping):
+                raise UsageError("config_keys must map a param name to a dotted config key")
+            bad = sorted(set(keys) - set(LTX2_CONFIG_KEYS))
+            if bad:
+                raise UsageError(
+                    f"config_keys has unknown param(s) {', '.join(bad)}; known: {', '.join(LTX2_CONFIG_KEYS)}"
+                )
+        self.config_keys: dict[str, str] | None = dict(keys) if keys is not None else None
+        self.hook = bool(options.get("hook", False))
+
+    def load_baseline(self, config: Path | None) -> Baseline:
+        if config is None:
+            return Baseline(trainer=self.name, text="", data={})
+        try:
+            text = Path(config).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config}: {exc.strerror or exc}") from None
+        data = load_yaml(text, str(config))
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{config}: expected a mapping at the top of the config")
+        return Baseline(trainer=self.name, text=text, data=data, path=Path(config))
+
+    def _keys(self, baseline: Baseline) -> dict[str, str]:
+        if self.config_keys is not None:
+            return self.config_keys
+        if isinstance(baseline.data.get("optimization"), Mapping):
+            return LTX2_CONFIG_KEYS
+        # A flat record (what this adapter writes with no baseline config): the params by name.
+        return {k: k for k in LTX2_CONFIG_KEYS if isinstance(baseline.data, Mapping) and k in baseline.data}
+
+    def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
+        """Values the baseline config holds under ``config_keys``; else the memory-saving end."""
+        out: dict[str, Any] = {
+            "quantization": "int8-quanto",
+            "optimizer": "adamw8bit",
+            "batch_size": 1,
+            "gradient_checkpointing": True,
+            "gradient_accumulation_steps": 1,
+        }
+        missing = object()
+        for param, key in self._keys(baseline).items():
+            value = get_dotted(baseline.data, key, missing)
+            if param == "steps" or value is missing:
+                continue
+            out[param] = "none" if param == "quantization" and value is None else value
+        return out
+
+    def _params(self, baseline: Baseline, params: Params, gradient_accumulation_steps: int) -> dict[str, Any]:
+        check_params(params, KNOBS, self.name)
+        check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
+        merged = {**self.baseline_params(baseline), **params}
+        merged["gradient_accumulation_steps"] = gradient_accumulation_steps
+        check_positive_int("batch_size", merged["batch_size"])
+        return merged
+
+    def _config_text(self, baseline: Baseline, values: Mapping[str, Any], steps: int | None) -> str:
+        if not baseline.text:
+            record = {k: values[k] for k in (*KNOBS, "gradient_accumulation_steps")}
+            if steps is not None:
+                record["steps"] = steps
+            return yaml.safe_dump(record, sort_keys=False)
+        cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<config>"))
+        for param, key in self._keys(baseline).items():
+            if param == "steps":
+                if steps is None:
+                    continue
+                value: Any = steps
+            else:
+                value = values[param]
+                if param == "quantization" and value == "none":
+                    value = None
+            if not cfg.has(key) or not same_value(cfg.get(key), value):
+                cfg.set(key, value)
+        return cfg.dump()
+
+    def _fill(self, values: Mapping[str, Any]) -> list[str]:
+        filled = _Values({k: _text(v) for k, v in values.items()})
+        return [element.format_map(filled) for element in self.argv]
+
+    def render(
+        self,
+        baseline: Baseline,
+        params: Params,
+        *,
+        gradient_accumulation_steps: int,
+        steps: int,
+        trial_dir: Path,
+    ) -> LaunchSpec:
+        check_positive_int("steps", steps)
+        trial_dir = Path(trial_dir).resolve()
+        values = self._params(baseline, params, gradient_accumulation_steps)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        config_path = trial_dir / "config.yaml"
+        config_path.write_text(self._config_text(baseline, values, steps), encoding="utf-8")
+        argv = self._fill({**values, "config": config_path, "steps": steps, "trial_dir": trial_dir})
+        gpus = max(1, baseline.num_gpus)
+        write_trial_record(
+            trial_dir,
+            trainer=self.name,
+            batch_size=values["batch_size"],
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            num_gpus=gpus,
+            effective_batch=values["batch_size"] * gradient_accumulation_steps * gpus,
+            steps=steps,
+            argv=argv,
+        )
+        env = {"PYTHONUNBUFFERED": "1", "COLUMNS": "250", **metrics_env(trial_dir)}
+        if self.hook:
+            env.update(hook_env(trial_dir))
+        return LaunchSpec(argv=tuple(argv), cwd=self.cwd, env=env)
+
+    def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
+        try:
+            trial_dir = Path(trial_dir)
+            record = read_trial_record(trial_dir)
+            batch = effective_batch_of(record)
+            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
+            log = parse_ltx2_output(read_output(trial_dir, output)).to_metrics(batch)
+            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
+            return finish_metrics(merge_metrics(file_metrics, log, hook), batch, keep_reported=True)
+        except Exception:  # the contract: a reader never takes the sweep down
+            return TrialMetrics()
+
+    def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
+        return self._config_text(baseline, self._params(baseline, params, gradient_accumulation_steps), None)
+
+    def training_command(
+        self,
+        config_path: Path,
+        *,
+        baseline: Baseline | None = None,
+        params: Params | None = None,
+        gradient_accumulation_steps: int | None = None,
+    ) -> str:
+        values: dict[str, Any] = {"config": Path(config_path).resolve()}
+        if params is not None:
+            base = baseline or Baseline(trainer=self.name, text="", data={})
+            values.update(self._params(base, params, gradient_accumulation_steps or 1))
+        elif gradient_accumulation_steps is not None:
+            values["gradient_accumulation_steps"] = gradient_accumulation_steps
+        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self._fill(values))}"

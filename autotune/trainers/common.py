@@ -1,0 +1,92 @@
+"""Pieces every adapter shares: the trial record, the metrics env, merging readings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import ConfigError, UsageError
+from autotune.metrics import TrialMetrics
+from autotune.metricsfile import METRICS_ENV, METRICS_FILE_NAME
+
+#: What an adapter writes beside the trial's config so ``read_metrics`` knows the batch.
+TRIAL_RECORD = "adapter.json"
+
+
+def metrics_env(trial_dir: Path) -> dict[str, str]:
+    return {METRICS_ENV: str(trial_dir / METRICS_FILE_NAME)}
+
+
+def write_trial_record(trial_dir: Path, **record: Any) -> None:
+    (trial_dir / TRIAL_RECORD).write_text(
+        json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+
+
+def read_trial_record(trial_dir: Path) -> dict[str, Any]:
+    """The record ``render`` wrote (empty if missing or unreadable: reading never raises)."""
+    try:
+        data = json.loads((trial_dir / TRIAL_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def effective_batch_of(record: Mapping[str, Any]) -> int | None:
+    value = record.get("effective_batch")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:
+    """Field by field, the first reading that has a value wins; sources are listed in order."""
+    merged = TrialMetrics()
+    for f in fields(TrialMetrics):
+        if f.name == "source":
+            continue
+        for reading in readings:
+            value = getattr(reading, f.name)
+            if value not in (None, [], ""):
+                setattr(merged, f.name, value)
+                break
+    merged.source = "+".join(r.source for r in readings if r.source and _has_any(r))
+    return merged
+
+
+def _has_any(m: TrialMetrics) -> bool:
+    return any(getattr(m, f.name) not in (None, [], "") for f in fields(TrialMetrics) if f.name != "source")
+
+
+def check_params(params: Mapping[str, Any], known: Iterable[str], trainer: str) -> None:
+    """Unknown study params are a mistake in the knob file or the caller: name them."""
+    known = list(known)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"trainer {trainer!r} has no knob(s) {', '.join(unknown)}; its knobs are {', '.join(known)} "
+            f"(see configs/knobs/{trainer}.yaml)"
+        )
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a whole number >= 1; got {value!r}")
+    return value
+
+
+def take_options(options: dict[str, Any], trainer: str, known: Iterable[str]) -> None:
+    """Refuse adapter options nobody reads (a typo would otherwise be silently ignored)."""
+    known = sorted(known)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UsageError(
+            f"trainer {trainer!r} takes no option(s) {', '.join(unknown)}; "
+            f"its options are {', '.join(known) or '(none)'}"
+        )
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal and of the same kind (``True`` is not ``1`` in a config)."""
+    return type(a) is type(b) and a == b

@@ -1,0 +1,423 @@
+"""The LTX-2 LoRA trainer (``packages/ltx-trainer`` in Lightricks/LTX-2).
+
+A trial is the baseline YAML with the candidate's knobs and the short-run recipe
+set, every other line left byte for byte, run as
+``uv run python scripts/train.py CONFIG --disable-progress-bars`` in the trainer's
+directory. Its numbers come from its own ``Step`` lines and statistics block
+(``autotune.ltx2log``), with the metrics file and the hook, where present, beside them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from autotune.errors import ConfigError, UsageError
+from autotune.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.launch import LaunchSpec
+from autotune.ltx2log import parse_ltx2_output
+from autotune.metrics import TrialMetrics
+from autotune.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.base import Baseline, CandidateRefused, Params, TrainerAdapter, register
+from autotune.trainers.common import (
+    check_params,
+    check_positive_int,
+    effective_batch_of,
+    merge_metrics,
+    metrics_env,
+    read_trial_record,
+    same_value,
+    take_options,
+    write_trial_record,
+)
+from autotune.yamlconf import RoundTripConfig, load_yaml
+
+#: Study param -> the config key it sets.
+KNOB_KEYS: dict[str, str] = {
+    "quantization": "acceleration.quantization",
+    "optimizer": "optimization.optimizer_type",
+    "batch_size": "optimization.batch_size",
+    "gradient_checkpointing": "optimization.enable_gradient_checkpointing",
+}
+GRAD_ACCUM_KEY = "optimization.gradient_accumulation_steps"
+STEPS_KEY = "optimization.steps"
+#: The trainer's code defaults when a key is omitted (they differ from its example files).
+CODE_DEFAULTS: dict[str, Any] = {
+    "quantization": "none",
+    "optimizer": "adamw",
+    "batch_size": 2,
+    "gradient_checkpointing": False,
+    "gradient_accumulation_steps": 1,
+}
+QUANTIZATIONS = ("int8-quanto", "int4-quanto", "int2-quanto", "fp8-quanto", "fp8uz-quanto", "none")
+OPTIMIZERS = ("adamw", "adamw8bit")
+TRAIN_SCRIPT = "scripts/train.py"
+TRAINER_SUBDIR = "packages/ltx-trainer"
+RUN_ENV = {"COLUMNS": "250", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
+_MAX_LOG_BYTES = 32 * 1024 * 1024
+
+
+def short_run_recipe(steps: int, trial_dir: Path) -> list[tuple[str, Any]]:
+    """The keys a short trial overrides: no validation, samples, checkpoints, W&B or hub; own output dir."""
+    return [
+        (STEPS_KEY, steps),
+        ("validation.interval", None),
+        ("validation.skip_initial_validation", True),
+        ("validation.samples", []),
+        ("checkpoints.interval", None),
+        ("checkpoints.save_training_state", "off"),
+        ("wandb.enabled", False),
+        ("hub.push_to_hub", False),
+        ("output_dir", str(trial_dir / "output")),
+    ]
+
+
+def hook_dir() -> Path | None:
+    """``trials/hook`` (found without importing ``trials``), or None when not shipped."""
+    spec = importlib.util.find_spec("trials")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "hook"
+    return path if path.is_dir() else None
+
+
+def hook_env(trial_dir: Path) -> dict[str, str]:
+    """Env that loads the trial-side hook (``sitecustomize``) into the trainer's Python."""
+    where = hook_dir()
+    if where is None:
+        return {}
+    inherited = os.environ.get("PYTHONPATH", "")
+    return {
+        "PYTHONPATH": str(where) + (os.pathsep + inherited if inherited else ""),
+        "AUTOTUNE_HOOK_FILE": str(trial_dir / HOOK_FILE_NAME),
+    }
+
+
+def read_output(trial_dir: Path, output: str) -> str:
+    """The trial's output: as given, else what the runner wrote to ``stdout.log``/``stderr.log``."""
+    if output:
+        return output
+    parts = []
+    for name in ("stdout.log", "stderr.log"):
+        try:
+            with open(trial_dir / name, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - _MAX_LOG_BYTES))
+                parts.append(fh.read().decode("utf-8", errors="replace"))
+        except (OSError, TypeError, ValueError):
+            continue
+    return "\n".join(parts)
+
+
+def finish_metrics(
+    metrics: TrialMetrics, effective_batch: int | None, *, keep_reported: bool
+) -> TrialMetrics:
+    """Samples/s from the steady step time and the batch we asked for (the trainer's own figure is coarse)."""
+    if effective_batch and metrics.step_time_s and not (keep_reported and metrics.samples_per_s):
+        metrics.samples_per_s = effective_batch / metrics.step_time_s
+    return metrics
+
+
+@register
+class Ltx2Adapter(TrainerAdapter):
+    """Options: ``trainer_dir`` (the LTX-2 checkout or ``packages/ltx-trainer``; found from the
+    config's or the current folder when omitted), ``launcher`` (argv that runs Python, default
+    ``["uv", "run", "python"]``; e.g. ``["/path/venv/bin/python"]``), ``accelerate_config``
+    (``ddp``, ``fsdp``, a path, or ``none``; default ddp for LoRA, fsdp for full fine-tuning,
+    used with several GPUs), ``hook`` (inject the trial-side memory/step hook; default off)."""
+
+    name: ClassVar[str] = "ltx2"
+    knob_file: ClassVar[str] = "ltx2.yaml"
+    #: The real trainer knows every section of the recipe, so missing ones are added.
+    create_missing_sections: ClassVar[bool] = True
+
+    def __init__(self, **options: Any) -> None:
+        take_options(options, self.name, ("trainer_dir", "launcher", "accelerate_config", "hook"))
+        trainer_dir = options.get("trainer_dir")
+        self.trainer_dir = Path(trainer_dir) if trainer_dir else None
+        launcher = options.get("launcher")
+        if launcher is not None and (
+            isinstance(launcher, str) or not launcher or not all(isinstance(a, str) for a in launcher)
+        ):
+            raise UsageError(
+                f"launcher must be a non-empty list of strings, like ['/path/venv/bin/python']; got {launcher!r}"
+            )
+        self.launcher: list[str] | None = list(launcher) if launcher is not None else None
+        self.accelerate_config: str | None = options.get("accelerate_config")
+        self.hook = bool(options.get("hook", False))
+
+    # --- baseline ------------------------------------------------------------------------------
+
+    def load_baseline(self, config: Path | None) -> Baseline:
+        if config is None:
+            raise UsageError(
+                f"trainer {self.name!r} needs a config to start from: write one with "
+                "'autotune plan -o plan.yaml' or pass your own with --config FILE"
+            )
+        try:
+            text = Path(config).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {config}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config}: {exc.strerror}") from None
+        return self.baseline_from_text(text, path=Path(config))
+
+    def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
+        """A baseline from YAML text (a plan held in memory, say); the text is kept verbatim."""
+        source = str(path) if path else "<config>"
+        data = load_yaml(text, source)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{source}: expected a mapping of sections (model:, optimization:, ...) at the top"
+            )
+        return Baseline(trainer=self.name, text=text, data=data, path=path)
+
+    def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for param, key in {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}.items():
+            value = get_dotted(baseline.data, key, CODE_DEFAULTS[param])
+            out[param] = "none" if param == "quantization" and value is None else value
+        return out
+
+    # --- rendering -----------------------------------------------------------------------------
+
+    def knob_values(
+        self, baseline: Baseline, params: Params, gradient_accumulation_steps: int
+    ) -> list[tuple[str, Any]]:
+        """(config key, YAML value) for each knob, baseline values where ``params`` leaves one out."""
+        check_params(params, KNOB_KEYS, self.name)
+        merged = {**self.baseline_params(baseline), **params}
+        quant = merged["quantization"]
+        if quant not in QUANTIZATIONS and quant is not None:
+            raise ConfigError(f"quantization {quant!r} is not one of {', '.join(QUANTIZATIONS)}")
+        if merged["optimizer"] not in OPTIMIZERS:
+            raise ConfigError(f"optimizer {merged['optimizer']!r} is not one of {', '.join(OPTIMIZERS)}")
+        check_positive_int("batch_size", merged["batch_size"])
+        check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
+        if not isinstance(merged["gradient_checkpointing"], bool):
+            raise ConfigError(
+                f"gradient_checkpointing must be true or false; got {merged['gradient_checkpointing']!r}"
+            )
+        quant_value = None if quant in (None, "none") else quant
+        if quant_value is not None and get_dotted(baseline.data, "model.training_mode", "lora") == "full":
+            raise CandidateRefused(
+                f"quantization {quant_value} with model.training_mode 'full' is rejected by the LTX-2 "
+                "trainer; sweep quantization only for LoRA training"
+            )
+        return [
+            (KNOB_KEYS["quantization"], quant_value),
+            (KNOB_KEYS["optimizer"], merged["optimizer"]),
+            (KNOB_KEYS["batch_size"], merged["batch_size"]),
+            (GRAD_ACCUM_KEY, gradient_accumulation_steps),
+            (KNOB_KEYS["gradient_checkpointing"], merged["gradient_checkpointing"]),
+        ]
+
+    def render(
+        self,
+        baseline: Baseline,
+        params: Params,
+        *,
+        gradient_accumulation_steps: int,
+        steps: int,
+        trial_dir: Path,
+    ) -> LaunchSpec:
+        check_positive_int("steps", steps)
+        trial_dir = Path(trial_dir).resolve()
+        values = self.knob_values(baseline, params, gradient_accumulation_steps)
+        batch = dict(values)[KNOB_KEYS["batch_size"]]
+        cwd = self.cwd(baseline)
+        limit = self._sample_limit(baseline, cwd)
+        if limit is not None and batch > limit[0]:
+            raise CandidateRefused(
+                f"batch_size {batch} needs at least {batch * max(1, baseline.num_gpus)} preprocessed samples "
+                f"({batch} per GPU x {max(1, baseline.num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]}: "
+                "the LTX-2 trainer would die with StopIteration. Preprocess more samples or cap "
+                "--max-batch-size."
+            )
+        cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
+        for key, value in values:
+            if not cfg.has(key) or not same_value(cfg.get(key), value):
+                cfg.set(key, value)
+        for key, value in short_run_recipe(steps, trial_dir):
+            if cfg.has(key) and same_value(cfg.get(key), value):
+                continue  # already so: each edit re-parses the file, and the line stays as written
+            if self.create_missing_sections or "." not in key or cfg.has(key.rsplit(".", 1)[0]):
+                cfg.set(key, value)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        config_path = trial_dir / "config.yaml"
+        config_path.write_text(cfg.dump(), encoding="utf-8")
+        gpus = max(1, baseline.num_gpus)
+        write_trial_record(
+            trial_dir,
+            trainer=self.name,
+            batch_size=batch,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            num_gpus=gpus,
+            effective_batch=batch * gradient_accumulation_steps * gpus,
+            steps=steps,
+        )
+        env = {**RUN_ENV, **metrics_env(trial_dir)}
+        if self.hook:
+            env.update(hook_env(trial_dir))
+        argv = self.launch_argv(baseline, config_path, progress_bars=False)
+        return LaunchSpec(argv=tuple(argv), cwd=cwd, env=env)
+
+    def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
+        script = [*self.script_argv(config_path)]
+        if not progress_bars:
+            script.append("--disable-progress-bars")
+        gpus = max(1, baseline.num_gpus)
+        if gpus == 1:
+            return [*self.python_launcher(), *script]
+        argv = self.accelerate_launcher()
+        accel = self._accelerate_config_file(baseline)
+        argv += ["--config_file", accel] if accel else ["--multi_gpu"]
+        return [*argv, "--num_processes", str(gpus), *self.accelerate_script_argv(script)]
+
+    def script_argv(self, config_path: Path) -> list[str]:
+        return [TRAIN_SCRIPT, str(config_path)]
+
+    def accelerate_script_argv(self, script: list[str]) -> list[str]:
+        return script
+
+    def python_launcher(self) -> list[str]:
+        return self.launcher if self.launcher is not None else ["uv", "run", "python"]
+
+    def accelerate_launcher(self) -> list[str]:
+        if self.launcher is None:
+            return ["uv", "run", "accelerate", "launch"]
+        return [*self.launcher, "-m", "accelerate.commands.launch"]
+
+    def _accelerate_config_file(self, baseline: Baseline) -> str | None:
+        choice = self.accelerate_config
+        if choice is None and baseline.extra.get("launch_mode") in ("ddp", "fsdp"):
+            choice = str(baseline.extra["launch_mode"])  # what ``autotune plan`` chose
+        if choice is None:
+            choice = "fsdp" if get_dotted(baseline.data, "model.training_mode", "lora") == "full" else "ddp"
+        if choice in ("none", ""):
+            return None
+        if choice in ("ddp", "fsdp"):
+            rel = f"configs/accelerate/{choice}.yaml"
+            try:
+                return rel if (self.cwd(baseline) / rel).is_file() else None
+            except UsageError:
+                return rel
+        return str(choice)
+
+    # --- where the trainer lives ---------------------------------------------------------------
+
+    def cwd(self, baseline: Baseline) -> Path:
+        """The trainer's package folder (holding ``scripts/train.py``), where trials run."""
+        hints: list[Path] = []
+        if self.trainer_dir is not None:
+            found = _trainer_package(self.trainer_dir)
+            if found:
+                return found
+            raise UsageError(
+                f"no LTX-2 trainer at {self.trainer_dir}: expected {TRAIN_SCRIPT} or "
+                f"{TRAINER_SUBDIR}/{TRAIN_SCRIPT} there. Point --trainer-dir at your LTX-2 checkout."
+            )
+        for name in ("package_dir", "trainer_dir"):  # ``Plan.to_baseline`` knows the package
+            if baseline.extra.get(name):
+                hints.append(Path(baseline.extra[name]))
+        if baseline.path is not None:
+            hints.extend(Path(baseline.path).resolve().parents)
+        hints.extend([Path.cwd(), *Path.cwd().parents])
+        for hint in hints:
+            found = _trainer_package(hint)
+            if found:
+                return found
+        raise UsageError(
+            "cannot find the LTX-2 trainer (packages/ltx-trainer/scripts/train.py) near the config or "
+            "the current folder; pass --trainer-dir /path/to/LTX-2"
+        )
+
+    def max_batch_size(self, baseline: Baseline) -> int | None:
+        try:
+            limit = self._sample_limit(baseline, self.cwd(baseline))
+        except UsageError:
+            return None
+        return limit[0] if limit else None
+
+    def _sample_limit(self, baseline: Baseline, cwd: Path) -> tuple[int, Path, int] | None:
+        """(largest per-GPU batch, latents folder, sample count) when the preprocessed data is here."""
+        root = get_dotted(baseline.data, "data.preprocessed_data_root", None)
+        if not isinstance(root, str) or not root:
+            return None
+        latents_name = get_dotted(baseline.data, "training_strategy.video.latents_dir", "latents")
+        if not isinstance(latents_name, str):
+            latents_name = "latents"
+        latents = (cwd / Path(root).expanduser()) / latents_name
+        try:
+            if not latents.is_dir():
+                return None
+            count = sum(1 for p in latents.rglob("*") if p.is_file() and not p.name.startswith("."))
+        except OSError:
+            return None
+        return count // max(1, baseline.num_gpus), latents, count
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
+        try:
+            trial_dir = Path(trial_dir)
+            record = read_trial_record(trial_dir)
+            log = parse_ltx2_output(read_output(trial_dir, output)).to_metrics(effective_batch_of(record))
+            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
+            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
+            merged = merge_metrics(*self._reading_order(log, file_metrics, hook))
+            return finish_metrics(merged, effective_batch_of(record), keep_reported=False)
+        except Exception:  # the contract: a reader never takes the sweep down
+            return TrialMetrics()
+
+    def _reading_order(self, log: TrialMetrics, file: TrialMetrics, hook: TrialMetrics) -> list[TrialMetrics]:
+        return [log, file, hook]
+
+    # --- the full run --------------------------------------------------------------------------
+
+    def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
+        cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
+        for key, value in self.knob_values(baseline, params, gradient_accumulation_steps):
+            if not cfg.has(key) or not same_value(cfg.get(key), value):
+                cfg.set(key, value)
+        return cfg.dump()
+
+    def training_command(
+        self,
+        config_path: Path,
+        *,
+        baseline: Baseline | None = None,
+        params: Params | None = None,
+        gradient_accumulation_steps: int | None = None,
+    ) -> str:
+        base = baseline or Baseline(trainer=self.name, text="", data={})
+        config_path = Path(config_path).resolve()
+        argv = self.launch_argv(base, config_path, progress_bars=True)
+        try:
+            cwd = str(self.cwd(base))
+        except UsageError:
+            cwd = TRAINER_SUBDIR
+        return f"cd {shlex.quote(cwd)} && {shlex.join(argv)}"
+
+
+def _trainer_package(folder: Path) -> Path | None:
+    for candidate in (folder, folder / TRAINER_SUBDIR):
+        if (candidate / TRAIN_SCRIPT).is_file():
+            return candidate.resolve()
+    return None
+
+
+def get_dotted(data: Mapping[str, Any] | Sequence[Any] | None, dotted: str, default: Any) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node

@@ -1,0 +1,434 @@
+"""Command-line-flag trainers of the diffusers family (Sana's ``train_dreambooth_lora_sana.py``).
+
+The baseline is the user's command, in either of two forms:
+
+* a YAML record::
+
+      script: train_dreambooth_lora_sana.py   # relative to cwd
+      launcher: [python]                      # argv that runs Python (default: python on PATH)
+      cwd: /path/to/diffusers/examples/dreambooth   # default: the YAML file's folder
+      args: [--pretrained_model_name_or_path=..., --train_batch_size=1, --mixed_precision=bf16]
+      env: {HF_HOME: /data/hf}                # optional
+
+* a shell command line (``cd DIR && [VAR=value ...] python train.py --flag value ...``,
+  backslash continuations and comments allowed), which is also what ``final_config``
+  writes: the trainer's own format is its command.
+
+These trainers print no memory figures: peak VRAM and step times come from the
+trial-side hook; the step time may also come from tqdm's rate, the loss from its postfix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from autotune.errors import ConfigError, UsageError
+from autotune.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.launch import LaunchSpec
+from autotune.metrics import TrialMetrics
+from autotune.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
+from autotune.trainers.common import (
+    check_params,
+    check_positive_int,
+    effective_batch_of,
+    merge_metrics,
+    metrics_env,
+    read_trial_record,
+    take_options,
+    write_trial_record,
+)
+from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
+from autotune.yamlconf import load_yaml
+
+KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
+#: Boolean knob -> the store_true flag that turns it on.
+BOOL_FLAGS = {
+    "offload": "--offload",
+    "cache_latents": "--cache_latents",
+    "gradient_checkpointing": "--gradient_checkpointing",
+}
+ADAM8_FLAG = "--use_8bit_adam"
+BATCH_FLAG = "--train_batch_size"
+GRAD_ACCUM_FLAG = "--gradient_accumulation_steps"
+STEPS_FLAG = "--max_train_steps"
+OUTPUT_FLAG = "--output_dir"
+#: The script's argparse defaults, for flags the baseline leaves out.
+SCRIPT_DEFAULTS = {"batch_size": 4, "gradient_accumulation_steps": 1}
+#: Short-run recipe: flags removed (value-taking or store_true) so a trial does only training.
+DROP_VALUE_FLAGS = ("--validation_prompt", "--resume_from_checkpoint", "--hub_model_id")
+DROP_BOOL_FLAGS = ("--push_to_hub",)
+_NEVER = 10**9  # checkpointing_steps for a trial: never
+
+_TQDM = re.compile(r"(\d+)/(\d+)\s*\[[^\]\n]*?,\s*(\d+(?:\.\d+)?)(it/s|s/it)")
+_TQDM_LOSS = re.compile(r"\bloss=([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))", re.IGNORECASE)
+
+
+def parse_tqdm(text: str) -> tuple[float | None, list[float]]:
+    """Seconds per iteration from tqdm's last shown rate, and every ``loss=`` postfix seen."""
+    step_time = None
+    if not isinstance(text, str):
+        return None, []
+    for m in _TQDM.finditer(text):
+        try:
+            rate = float(m.group(3))
+        except ValueError:
+            continue
+        if rate > 0:
+            step_time = 1.0 / rate if m.group(4) == "it/s" else rate
+    losses = []
+    for m in _TQDM_LOSS.finditer(text):
+        try:
+            losses.append(float(m.group(1)))
+        except ValueError:
+            continue
+    return step_time, losses
+
+
+# --- argv editing ------------------------------------------------------------------------------
+
+
+def _matches(token: str, flag: str) -> bool:
+    return token == flag or token.startswith(flag + "=")
+
+
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``--flag value`` or ``--flag=value`` (the last one wins, as in argparse)."""
+    value = None
+    for i, token in enumerate(args):
+        if token == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif token.startswith(flag + "="):
+            value = token.split("=", 1)[1]
+    return value
+
+
+def has_flag(args: Sequence[str], flag: str) -> bool:
+    return any(token == flag for token in args)
+
+
+def set_value_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """Replace the first ``flag`` in place (same style), drop repeats, append it if absent."""
+    out: list[str] = []
+    done = False
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if _matches(token, flag):
+            separate = token == flag
+            if not done:
+                out += [flag, value] if separate else [f"{flag}={value}"]
+                done = True
+            i += 2 if separate and i + 1 < len(args) and not args[i + 1].startswith("--") else 1
+            continue
+        out.append(token)
+        i += 1
+    if not done:
+        out += [flag, value]
+    return out
+
+
+def drop_value_flag(args: list[str], flag: str) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if _matches(args[i], flag):
+            i += 2 if args[i] == flag and i + 1 < len(args) and not args[i + 1].startswith("--") else 1
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def set_bool_flag(args: list[str], flag: str, on: bool) -> list[str]:
+    present = has_flag(args, flag)
+    if on:
+        return args if present else [*args, flag]
+    return [a for a in args if a != flag]
+
+
+# --- the adapter -------------------------------------------------------------------------------
+
+
+@register
+class SanaAdapter(TrainerAdapter):
+    """Options: ``launcher`` (argv that runs Python; overrides the baseline's), ``hook``
+    (inject the trial-side hook for step times and peak memory; default on)."""
+
+    name: ClassVar[str] = "sana"
+    knob_file: ClassVar[str] = "sana.yaml"
+
+    def __init__(self, **options: Any) -> None:
+        take_options(options, self.name, ("launcher", "hook"))
+        launcher = options.get("launcher")
+        if launcher is not None and (isinstance(launcher, str) or not launcher):
+            raise UsageError(f"launcher must be a non-empty list of strings; got {launcher!r}")
+        self.launcher: list[str] | None = [str(a) for a in launcher] if launcher else None
+        self.hook = bool(options.get("hook", True))
+
+    def load_baseline(self, config: Path | None) -> Baseline:
+        if config is None:
+            raise UsageError(
+                "trainer 'sana' needs your training command: pass --config FILE with either a YAML "
+                "(script:, args:, optional launcher:, cwd:, env:) or a shell line like "
+                "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...'"
+            )
+        path = Path(config)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        return self.baseline_from_text(text, path)
+
+    def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
+        source = str(path) if path else "<command>"
+        folder = str(Path(path).resolve().parent) if path else str(Path.cwd())
+        data: Any
+        try:
+            data = load_yaml(text, source)
+        except ConfigError:
+            data = None
+        if isinstance(data, dict) and ("script" in data or "args" in data):
+            record = _record_from_yaml(data, source, folder)
+        else:
+            record = _record_from_command(text, source, folder)
+        return Baseline(trainer=self.name, text=text, data=record, path=path)
+
+    def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
+        args = baseline.data["args"]
+        return {
+            "offload": has_flag(args, BOOL_FLAGS["offload"]),
+            "cache_latents": has_flag(args, BOOL_FLAGS["cache_latents"]),
+            "optimizer": "adamw8bit" if has_flag(args, ADAM8_FLAG) else "adamw",
+            "batch_size": _int_flag(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
+            "gradient_checkpointing": has_flag(args, BOOL_FLAGS["gradient_checkpointing"]),
+            "gradient_accumulation_steps": _int_flag(
+                args, GRAD_ACCUM_FLAG, SCRIPT_DEFAULTS["gradient_accumulation_steps"]
+            ),
+        }
+
+    def knob_args(self, baseline: Baseline, params: Params, gradient_accumulation_steps: int) -> list[str]:
+        """The baseline's args with the knob flags set (order kept; new flags at the end)."""
+        check_params(params, KNOBS, self.name)
+        merged = {**self.baseline_params(baseline), **params}
+        check_positive_int("batch_size", merged["batch_size"])
+        check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
+        if merged["optimizer"] not in ("adamw", "adamw8bit"):
+            raise ConfigError(f"optimizer {merged['optimizer']!r} is not one of adamw8bit, adamw")
+        args = list(baseline.data["args"])
+        args = set_value_flag(args, BATCH_FLAG, str(merged["batch_size"]))
+        args = set_value_flag(args, GRAD_ACCUM_FLAG, str(gradient_accumulation_steps))
+        args = set_bool_flag(args, ADAM8_FLAG, merged["optimizer"] == "adamw8bit")
+        for knob, flag in BOOL_FLAGS.items():
+            if not isinstance(merged[knob], bool):
+                raise ConfigError(f"{knob} must be true or false; got {merged[knob]!r}")
+            args = set_bool_flag(args, flag, merged[knob])
+        return args
+
+    def render(
+        self,
+        baseline: Baseline,
+        params: Params,
+        *,
+        gradient_accumulation_steps: int,
+        steps: int,
+        trial_dir: Path,
+    ) -> LaunchSpec:
+        check_positive_int("steps", steps)
+        trial_dir = Path(trial_dir).resolve()
+        args = self.knob_args(baseline, params, gradient_accumulation_steps)
+        args = set_value_flag(args, STEPS_FLAG, str(steps))
+        args = set_value_flag(args, OUTPUT_FLAG, str(trial_dir / "output"))
+        for flag in DROP_VALUE_FLAGS:
+            args = drop_value_flag(args, flag)
+        for flag in DROP_BOOL_FLAGS:
+            args = set_bool_flag(args, flag, False)
+        if flag_value(args, "--checkpointing_steps") is not None:
+            args = set_value_flag(args, "--checkpointing_steps", str(_NEVER))
+        record = dict(baseline.data)
+        argv = self._argv(record, args, max(1, baseline.num_gpus))
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / "config.yaml").write_text(
+            yaml.safe_dump({**record, "args": args, "argv": argv}, sort_keys=False, width=10**6),
+            encoding="utf-8",
+        )
+        (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
+        batch = _int_flag(args, BATCH_FLAG, 1)
+        gpus = max(1, baseline.num_gpus)
+        write_trial_record(
+            trial_dir,
+            trainer=self.name,
+            batch_size=batch,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            num_gpus=gpus,
+            effective_batch=batch * gradient_accumulation_steps * gpus,
+            steps=steps,
+        )
+        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"], **metrics_env(trial_dir)}
+        if self.hook:
+            env.update(hook_env(trial_dir))
+        return LaunchSpec(argv=tuple(argv), cwd=Path(record["cwd"]), env=env)
+
+    def _argv(self, record: dict[str, Any], args: list[str], gpus: int) -> list[str]:
+        launcher = self.launcher or record["launcher"]
+        if gpus > 1:
+            return [
+                *launcher,
+                "-m",
+                "accelerate.commands.launch",
+                "--num_processes",
+                str(gpus),
+                record["script"],
+                *args,
+            ]
+        return [*launcher, record["script"], *args]
+
+    def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
+        try:
+            trial_dir = Path(trial_dir)
+            record = read_trial_record(trial_dir)
+            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
+            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
+            tqdm_time, losses = parse_tqdm(read_output(trial_dir, output))
+            tqdm = TrialMetrics(step_time_s=tqdm_time, losses=losses, source="tqdm")
+            merged = merge_metrics(hook, file_metrics, tqdm)
+            return finish_metrics(merged, effective_batch_of(record), keep_reported=False)
+        except Exception:  # the contract: a reader never takes the sweep down
+            return TrialMetrics()
+
+    def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
+        """A runnable shell script: the baseline command with only the knob flags changed."""
+        record = baseline.data
+        args = self.knob_args(baseline, params, gradient_accumulation_steps)
+        argv = self._argv(record, args, max(1, baseline.num_gpus))
+        lines = [
+            "#!/usr/bin/env bash",
+            "# The training command with the winning knobs, written by autotune.",
+            "set -e",
+        ]
+        head = f"cd {shlex.quote(record['cwd'])} && "
+        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in record["env"].items())
+        body = _wrap_argv(argv)
+        lines.append(head + (env + " " if env else "") + body)
+        return "\n".join(lines) + "\n"
+
+    def training_command(
+        self,
+        config_path: Path,
+        *,
+        baseline: Baseline | None = None,
+        params: Params | None = None,
+        gradient_accumulation_steps: int | None = None,
+    ) -> str:
+        return f"bash {shlex.quote(str(config_path))}"
+
+
+def _int_flag(args: Sequence[str], flag: str, default: int) -> int:
+    value = flag_value(args, flag)
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        raise ConfigError(f"{flag} must be a whole number; the baseline command has {value!r}") from None
+
+
+def _record_from_yaml(data: dict[str, Any], source: str, folder: str) -> dict[str, Any]:
+    script = data.get("script")
+    if not isinstance(script, str) or not script:
+        raise ConfigError(
+            f"{source}: 'script:' must name the training script, like train_dreambooth_lora_sana.py"
+        )
+    args = data.get("args", [])
+    if not isinstance(args, list):
+        raise ConfigError(f"{source}: 'args:' must be a list of command-line arguments")
+    launcher = data.get("launcher", data.get("python", ["python"]))
+    if isinstance(launcher, str):
+        launcher = shlex.split(launcher)
+    if not isinstance(launcher, list) or not launcher:
+        raise ConfigError(f"{source}: 'launcher:' must be a list like [python] or [/venv/bin/python]")
+    env = data.get("env") or {}
+    if not isinstance(env, dict):
+        raise ConfigError(f"{source}: 'env:' must be a mapping of NAME: value")
+    cwd = data.get("cwd") or folder
+    cwd = str(Path(folder) / Path(str(cwd)).expanduser())
+    return {
+        "script": script,
+        "launcher": [str(a) for a in launcher],
+        "cwd": cwd,
+        "args": [_arg(a) for a in args],
+        "env": {str(k): str(v) for k, v in env.items()},
+    }
+
+
+def _arg(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _record_from_command(text: str, source: str, folder: str) -> dict[str, Any]:
+    joined = re.sub(r"\\\r?\n", " ", text)
+    try:
+        tokens = shlex.split(joined, comments=True)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: cannot read the command line: {exc}") from None
+    segments: list[list[str]] = [[]]
+    for token in tokens:
+        if token in ("&&", ";"):
+            segments.append([])
+        else:
+            segments[-1].append(token)
+    cwd, env, command = folder, {}, None
+    for segment in segments:
+        if not segment or segment[0] in ("set",):
+            continue
+        if segment[0] == "cd" and len(segment) == 2:
+            cwd = str(Path(cwd) / Path(segment[1]).expanduser())
+            continue
+        if segment[0] == "export":
+            segment = segment[1:]
+        while segment and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", segment[0]):
+            name, value = segment.pop(0).split("=", 1)
+            env[name] = value
+        if segment:
+            command = segment
+    script_at = next((i for i, t in enumerate(command or []) if t.endswith(".py")), None)
+    if command is None or script_at is None:
+        raise ConfigError(
+            f"{source}: no training script (a .py file) found in the command; write it like "
+            "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...' or use the YAML form"
+        )
+    launcher = command[:script_at] or ["python"]
+    return {
+        "script": command[script_at],
+        "launcher": launcher,
+        "cwd": cwd,
+        "args": command[script_at + 1 :],
+        "env": env,
+    }
+
+
+def _wrap_argv(argv: Sequence[str]) -> str:
+    """One flag (and its value) per line, shell-quoted, joined with backslash continuations."""
+    parts: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if (
+            token.startswith("--")
+            and "=" not in token
+            and i + 1 < len(argv)
+            and not argv[i + 1].startswith("--")
+        ):
+            parts.append(f"{shlex.quote(token)} {shlex.quote(argv[i + 1])}")
+            i += 2
+            continue
+        parts.append(shlex.quote(token))
+        i += 1
+    return " \\\n  ".join(parts)

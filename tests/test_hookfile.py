@@ -1,0 +1,163 @@
+"""The readers of the trial-side hook's JSON lines and of AUTOTUNE_METRICS_FILE."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from autotune.hookfile import read_hook_file
+from autotune.metricsfile import read_metrics_file
+from autotune.timing import steady_state, warmup_count
+
+
+def _step(n: int, t: float, reserved: float | None = 3.0, **extra: object) -> str:
+    return json.dumps(
+        {
+            "event": "step",
+            "step": n,
+            "t": 1700000000.0 + n,
+            "step_time_s": t,
+            "max_memory_reserved_gb": reserved,
+            "max_memory_allocated_gb": 2.0,
+            **extra,
+        }
+    )
+
+
+def _steps(times: list[float]) -> list[str]:
+    return [_step(i + 1, t, reserved=3.0 + i / 100) for i, t in enumerate(times)]
+
+
+EXIT = json.dumps(
+    {"event": "exit", "steps": 3, "max_memory_reserved_gb": 7.5, "max_memory_allocated_gb": 6.0}
+)
+
+
+@pytest.mark.parametrize(
+    ("lines", "step_time", "peak", "n_times"),
+    [
+        pytest.param([*_steps([5.0, 1.0, 1.0, 1.0]), EXIT], 1.0, 7.5, 4, id="steps-and-exit"),
+        pytest.param(_steps([5.0] + [2.0] * 30), 2.0, 3.30, 31, id="warmup-window-left-out"),
+        pytest.param(
+            [*_steps([5.0, 1.0, 1.0]), '{"event": "step", "step": 4, "step_ti'],
+            1.0,
+            3.02,
+            3,
+            id="torn-last-line",
+        ),
+        pytest.param(
+            ["not json", "[1, 2]", "{}", '{"event": "step", "step": "x", "step_time_s": 1}'],
+            None,
+            None,
+            0,
+            id="garbage-lines",
+        ),
+        pytest.param([_step(1, 1.0, reserved=None)], 1.0, 2.0, 1, id="allocated-when-no-reserved"),
+        pytest.param(
+            [_step(1, float("nan")), _step(2, -1.0), _step(3, True)], None, 3.0, 0, id="bad-times-skipped"
+        ),
+        pytest.param([EXIT], None, 7.5, 0, id="exit-only"),
+        pytest.param([], None, None, 0, id="empty"),
+    ],
+)
+def test_read_hook_file(
+    tmp_path: Path, lines: list[str], step_time: float | None, peak: float | None, n_times: int
+) -> None:
+    path = tmp_path / "hook.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    m = read_hook_file(path)
+    assert m.step_time_s == step_time
+    assert m.measured_peak_vram_gb == (pytest.approx(peak) if peak is not None else None)
+    assert len(m.step_times_s) == n_times
+    assert m.source == "hook"
+
+
+def test_hook_file_with_two_processes_reads_one_series(tmp_path: Path) -> None:
+    lines = [_step(i, 1.0, pid=100) for i in range(1, 5)] + [_step(i, 9.0, pid=101) for i in range(1, 3)]
+    path = tmp_path / "hook.jsonl"
+    path.write_text("\n".join(lines))
+    assert read_hook_file(path).step_times_s == [1.0] * 4
+
+
+@pytest.mark.parametrize("content", [None, b"", b"\xff\xfe\x00garbage", b"{" * 10000])
+def test_hook_file_missing_or_garbage_never_raises(tmp_path: Path, content: bytes | None) -> None:
+    path = tmp_path / "hook.jsonl"
+    if content is not None:
+        path.write_bytes(content)
+    assert not read_hook_file(path).measured
+
+
+def test_hook_file_directory_instead_of_file(tmp_path: Path) -> None:
+    assert not read_hook_file(tmp_path).measured
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        pytest.param(
+            {"step_time_s": 0.5, "peak_vram_gb": 12.5, "samples_per_s": 8.0, "loss": 0.2},
+            {"step_time_s": 0.5, "trainer_peak_vram_gb": 12.5, "samples_per_s": 8.0, "losses": [0.2]},
+            id="contract",
+        ),
+        pytest.param(
+            {"step_times_s": [3.0, 1.0, 1.0, 1.2, 0.8], "losses": [0.3, 0.2]},
+            {"step_time_s": 1.0, "losses": [0.3, 0.2], "samples_per_s": None},
+            id="reference-per-step",
+        ),
+        pytest.param(
+            {"step_times_s": [3.0, 1.0], "step_time_s": 0.9}, {"step_time_s": 0.9}, id="explicit-wins"
+        ),
+        pytest.param({"loss": "nan"}, {"losses": [math.nan]}, id="nan-as-string"),
+        pytest.param(
+            {"step_time_s": "fast", "peak_vram_gb": -3, "samples_per_s": True},
+            {"step_time_s": None, "trainer_peak_vram_gb": None, "samples_per_s": None},
+            id="wrong-types",
+        ),
+    ],
+)
+def test_read_metrics_file(tmp_path: Path, data: dict[str, object], expected: dict[str, object]) -> None:
+    path = tmp_path / "trainer-metrics.json"
+    path.write_text(json.dumps(data))
+    m = read_metrics_file(path)
+    for name, value in expected.items():
+        got = getattr(m, name)
+        if name == "losses" and any(isinstance(v, float) and math.isnan(v) for v in value):  # type: ignore[union-attr]
+            assert m.nan_loss
+        else:
+            assert got == value, name
+
+
+def test_nan_loss_in_losses_list_is_seen(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text('{"losses": [0.3, NaN]}')
+    assert read_metrics_file(path).nan_loss
+
+
+@pytest.mark.parametrize("content", [None, "", "{", "[1, 2]", '"text"', "{" * 5000, '{"step_time_s": 1.0'])
+def test_metrics_file_missing_or_garbage_never_raises(tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "m.json"
+    if content is not None:
+        path.write_text(content)
+    assert not read_metrics_file(path).measured
+
+
+@pytest.mark.parametrize(
+    ("samples", "skip", "median", "spread"),
+    [
+        ([5.0, 1.0, 1.0, 1.0, 1.0], 1, 1.0, 0.0),
+        ([5.0, 1.0, 3.0], 1, 2.0, pytest.approx(math.sqrt(2))),
+        ([5.0], 1, 5.0, None),
+        ([], 1, None, None),
+        ([float("nan"), 2.0, -1.0, 2.0], 1, 2.0, None),
+    ],
+)
+def test_steady_state(samples: list[float], skip: int, median: float | None, spread: object) -> None:
+    assert steady_state(samples, skip) == (median, spread)
+
+
+@pytest.mark.parametrize(("n", "skip"), [(0, 0), (1, 0), (3, 1), (10, 5), (50, 20), (500, 20)])
+def test_warmup_count(n: int, skip: int) -> None:
+    assert warmup_count(n) == skip

@@ -1,0 +1,179 @@
+"""The LTX-2 output parser, on real lines (LTX2-TRAINER.md; Rich 13.9 output captured from
+``RichHandler(show_time=False)`` at 80 and 250 columns)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.ltx2log import Statistics, StepLine, logical_lines, parse_ltx2_output
+
+DOC_STEP = "Step 20/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step: 1.23s, Total Time: 0h 1m"
+DOC_STATS = """📊 Training Statistics:
+ - Total time: 12.3 minutes
+ - Training speed: 0.43 steps/second
+ - Samples/second: 0.43
+ - Peak GPU memory: 45.68 GB
+"""
+# Real Rich output when COLUMNS was not honoured (80 columns, padded with spaces).
+RICH_80 = (
+    "INFO     Training for 50 steps with batch size 1 and 1            trainer.py:402\n"
+    "         accumulation step(s)                                                   \n"
+    "INFO     Step 20/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step:      trainer.py:612\n"
+    "         2.50s, Total Time: 0h 0m                                               \n"
+    "INFO     Step 40/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step:      trainer.py:612\n"
+    "         1.00s, Total Time: 0h 1m                                               \n"
+    "INFO     📊 Training Statistics:                                  trainer.py:733\n"
+    "          - Total time: 1.2 minutes                                             \n"
+    "          - Training speed: 0.71 steps/second                                   \n"
+    "          - Samples/second: 0.71                                                \n"
+    "          - Peak GPU memory: 45.68 GB                                           \n"
+)
+RICH_250_STEP = "INFO     " + DOC_STEP + " " * 153 + "trainer.py:612"
+STEP_20 = StepLine(step=20, total=50, loss=0.1234, lr=1e-4, time_s=1.23, total_time_s=60.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(DOC_STEP, [STEP_20], id="bare"),
+        pytest.param("INFO     " + DOC_STEP, [STEP_20], id="level-prefix"),
+        pytest.param(RICH_250_STEP, [STEP_20], id="level-and-path-250-cols"),
+        pytest.param("[rank 0] " + RICH_250_STEP, [STEP_20], id="rank-prefix"),
+        pytest.param("INFO     [rank 0] " + DOC_STEP + "   trainer.py:612", [STEP_20], id="rank-in-message"),
+        pytest.param("\x1b[34mINFO    \x1b[0m " + DOC_STEP, [STEP_20], id="ansi-colours"),
+        pytest.param(
+            "INFO     Step 40/50 - Loss: nan, LR: 1.00e-04, Time/Step: 0.98s, Total Time: 0h 2m",
+            [StepLine(40, 50, math.nan, 1e-4, 0.98, 120.0)],
+            id="nan-loss",
+        ),
+        pytest.param(
+            "Step 20/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step: 1.23s,",
+            [STEP_20.__class__(20, 50, 0.1234, 1e-4, 1.23)],
+            id="cut-after-time",
+        ),
+        pytest.param("Step 20/50 - Loss: 0.1234, LR: 1.00e-04, Time/St", [], id="cut-before-time"),
+        pytest.param("Training step 20 done in 1.2s", [], id="not-a-step-line"),
+        pytest.param("", [], id="empty"),
+    ],
+)
+def test_step_lines(text: str, expected: list[StepLine]) -> None:
+    got = parse_ltx2_output(text).steps
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert (g.step, g.total, g.lr, g.time_s, g.total_time_s) == (
+            e.step,
+            e.total,
+            e.lr,
+            e.time_s,
+            e.total_time_s,
+        )
+        assert g.loss == e.loss or (math.isnan(g.loss) and math.isnan(e.loss))
+
+
+def test_rich_wrapped_at_80_columns() -> None:
+    log = parse_ltx2_output(RICH_80)
+    assert [(s.step, s.time_s, s.total_time_s) for s in log.steps] == [(20, 2.5, 0.0), (40, 1.0, 60.0)]
+    assert log.stats == Statistics(total_time_s=72.0, steps_per_s=0.71, samples_per_s=0.71, peak_gb=45.68)
+
+
+def test_rich_wrapped_with_rank_prefix_on_every_line() -> None:
+    text = "".join(f"[rank 0] {line}\n" for line in RICH_80.splitlines())
+    log = parse_ltx2_output(text)
+    assert [s.time_s for s in log.steps] == [2.5, 1.0]
+    assert log.rank == 0 and log.stats is not None and log.stats.peak_gb == 45.68
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(DOC_STATS, Statistics(738.0, 0.43, 0.43, 45.68), id="doc-block"),
+        pytest.param(
+            DOC_STATS + " - Number of processes: 4\n - Global batch size: 8\n",
+            Statistics(738.0, 0.43, 0.43, 45.68, 4, 8),
+            id="multi-process",
+        ),
+        pytest.param(
+            "".join("[rank 0] " + line + "\n" for line in DOC_STATS.splitlines()),
+            Statistics(738.0, 0.43, 0.43, 45.68),
+            id="rank-prefixed",
+        ),
+        pytest.param(
+            "📊 Training Statistics:\n - Total time: 12.3 minutes\n - Training spe",
+            Statistics(total_time_s=738.0),
+            id="truncated",
+        ),
+        pytest.param(
+            "📊 Training Statistics:\n - Total time: 45.0 seconds\n",
+            Statistics(total_time_s=45.0),
+            id="seconds",
+        ),
+    ],
+)
+def test_statistics_block(text: str, expected: Statistics) -> None:
+    assert parse_ltx2_output(text).stats == expected
+
+
+def test_no_statistics_block_without_its_header() -> None:
+    assert parse_ltx2_output(" - Peak GPU memory: 45.68 GB\n").stats is None
+
+
+def test_steady_step_time_leaves_out_the_first_window() -> None:
+    text = "\n".join(
+        f"INFO     Step {s}/100 - Loss: 0.1, LR: 1.00e-04, Time/Step: {t}s, Total Time: 0h 1m"
+        for s, t in [(20, "9.00"), (40, "1.00"), (60, "1.20"), (80, "1.10"), (100, "1.00")]
+    )
+    log = parse_ltx2_output(text)
+    step_time, spread = log.steady_step_time()
+    assert step_time == pytest.approx(1.05)
+    assert spread is not None and 0 < spread < 0.2
+    metrics = log.to_metrics(effective_batch=4)
+    assert metrics.samples_per_s == pytest.approx(4 / 1.05)
+    assert metrics.step_times_s == [9.0, 1.0, 1.2, 1.1, 1.0]
+
+
+def test_a_single_step_line_is_used_rather_than_nothing() -> None:
+    assert parse_ltx2_output(DOC_STEP).steady_step_time() == (1.23, None)
+
+
+def test_picks_the_rank_that_logged() -> None:
+    text = "[rank 1] some warning\n[rank 0] INFO     " + DOC_STEP + "\n[rank 1] another\n"
+    log = parse_ltx2_output(text)
+    assert log.rank == 0 and len(log.steps) == 1
+
+
+def test_continuation_line_without_prefix_joins_its_record() -> None:
+    streams = logical_lines(
+        "INFO     [rank 0] Step 20/50 - Loss: 0.1, LR: 1e-4,   trainer.py:612\n         Time/Step: 1.00s\n"
+    )
+    assert streams[0] == ["Step 20/50 - Loss: 0.1, LR: 1e-4, Time/Step: 1.00s"]
+
+
+def test_without_statistics_metrics_use_trainer_figures_where_present() -> None:
+    metrics = parse_ltx2_output(DOC_STATS).to_metrics(effective_batch=None)
+    assert metrics.step_time_s is None
+    assert metrics.samples_per_s == 0.43 and metrics.steps_per_s == 0.43
+    assert metrics.trainer_peak_vram_gb == 45.68
+
+
+@pytest.mark.parametrize("cut", range(0, len(RICH_80) + 1, 7))
+def test_truncated_anywhere_never_raises(cut: int) -> None:
+    log = parse_ltx2_output(RICH_80[:cut])
+    assert len(log.steps) <= 2
+    log.to_metrics(effective_batch=2)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "\x00\xff\ufffd" * 100,
+        "Step " * 1000,
+        "Step 99999999999999999999/1 - Loss: 1e999999, LR: x",
+        "\r\r\n\n",
+        None,
+        42,
+    ],
+)
+def test_garbage_never_raises(garbage: object) -> None:
+    parse_ltx2_output(garbage)  # type: ignore[arg-type]

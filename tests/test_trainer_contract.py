@@ -1,0 +1,259 @@
+"""One contract, every adapter: what the sweep relies on, whichever trainer it drives."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.errors import ConfigError, UnknownTrainerError
+from autotune.metricsfile import METRICS_ENV
+from autotune.trainers import Baseline, TrainerAdapter, adapter_names, get_adapter
+from autotune.yamlconf import load_yaml_file
+from tests.conftest import FAKES
+
+LTX2_LIKE = """\
+# A small LTX-2-shaped config (comments must survive).
+model:
+  model_path: "m.safetensors"
+  training_mode: "lora"
+optimization:
+  steps: 2000
+  batch_size: 1
+  gradient_accumulation_steps: 1
+  optimizer_type: "adamw8bit"  # 8-bit AdamW
+  enable_gradient_checkpointing: true
+acceleration:
+  quantization: "int8-quanto"
+data:
+  preprocessed_data_root: "DATA"
+validation:
+  samples:
+    - prompt: "a cat"
+  interval: 100
+  skip_initial_validation: false
+checkpoints:
+  interval: 250
+hub:
+  push_to_hub: false
+wandb:
+  enabled: false
+output_dir: "outputs/x"
+"""
+REFERENCE_LIKE = LTX2_LIKE + "reference:\n  hidden_size: 64\n  device: cpu\n"
+COMMAND_CONFIG = """\
+# my own trainer's config
+train:
+  batch: 1
+  accum: 1
+  optimizer: adamw8bit
+  quant: int8-quanto
+  checkpointing: true
+  max_steps: 1000
+"""
+COMMAND_KEYS = {
+    "batch_size": "train.batch",
+    "gradient_accumulation_steps": "train.accum",
+    "optimizer": "train.optimizer",
+    "quantization": "train.quant",
+    "gradient_checkpointing": "train.checkpointing",
+    "steps": "train.max_steps",
+}
+LTX2_PARAMS = {"quantization": "none", "optimizer": "adamw", "batch_size": 2, "gradient_checkpointing": False}
+SANA_PARAMS = {
+    "offload": False,
+    "cache_latents": True,
+    "optimizer": "adamw",
+    "batch_size": 2,
+    "gradient_checkpointing": False,
+}
+LTX2_OUTPUT = (
+    "INFO     Step 20/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step:      trainer.py:612\n"
+    "         2.50s, Total Time: 0h 0m                                               \n"
+    "INFO     Step 40/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step:      trainer.py:612\n"
+    "         1.00s, Total Time: 0h 1m                                               \n"
+    "📊 Training Statistics:\n - Total time: 1.2 minutes\n - Training speed: 0.71 steps/second\n"
+    " - Samples/second: 0.71\n - Peak GPU memory: 45.68 GB\n"
+)
+SANA_OUTPUT = "Steps:  40%|████      | 4/10 [00:02<00:03,  1.95it/s, loss=0.123, lr=0.0001]\r" * 3
+
+
+@dataclass
+class Case:
+    name: str
+    make: Callable[[Path], tuple[TrainerAdapter, Baseline]]
+    params: dict[str, Any]
+    output: str
+    yaml_config: bool = True
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _ltx2(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
+    (tmp / "base.yaml").write_text(LTX2_LIKE)
+    adapter = get_adapter("ltx2", trainer_dir=FAKES / "ltx2-trainer", launcher=[sys.executable])
+    return adapter, adapter.load_baseline(tmp / "base.yaml")
+
+
+def _reference(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
+    (tmp / "base.yaml").write_text(REFERENCE_LIKE)
+    adapter = get_adapter("reference")
+    return adapter, adapter.load_baseline(tmp / "base.yaml")
+
+
+def _sana(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
+    (tmp / "sana.yaml").write_text(
+        f"script: {FAKES / 'fake_sana_train.py'}\nlauncher: [{sys.executable}]\n"
+        "args: [--pretrained_model_name_or_path=Efficient-Large-Model/Sana, --train_batch_size=1,\n"
+        "       --gradient_checkpointing, --use_8bit_adam, --offload, --mixed_precision=bf16,\n"
+        "       --validation_prompt, a photo of sks dog, --checkpointing_steps=100]\n"
+    )
+    adapter = get_adapter("sana")
+    return adapter, adapter.load_baseline(tmp / "sana.yaml")
+
+
+def _command(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
+    (tmp / "mine.yaml").write_text(COMMAND_CONFIG)
+    adapter = get_adapter(
+        "command",
+        template="python train.py --config {config} --bs {batch_size} --out {trial_dir}/out",
+        config_keys=COMMAND_KEYS,
+        cwd=tmp,
+    )
+    return adapter, adapter.load_baseline(tmp / "mine.yaml")
+
+
+CASES = [
+    Case("ltx2", _ltx2, LTX2_PARAMS, LTX2_OUTPUT),
+    Case("reference", _reference, LTX2_PARAMS, LTX2_OUTPUT),
+    Case("sana", _sana, SANA_PARAMS, SANA_OUTPUT, yaml_config=False),
+    Case("command", _command, LTX2_PARAMS, LTX2_OUTPUT),
+]
+
+
+@pytest.fixture(params=CASES, ids=[c.name for c in CASES])
+def case(request: pytest.FixtureRequest) -> Case:
+    return request.param  # type: ignore[no-any-return]
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _knobs(adapter: TrainerAdapter) -> list[dict[str, Any]]:
+    data = load_yaml_file(adapter.knob_path())
+    return list(data["knobs"])
+
+
+def test_registered_with_a_knob_file(case: Case, tmp_path: Path) -> None:
+    adapter, baseline = case.make(tmp_path)
+    assert adapter.name == case.name in adapter_names()
+    knobs = _knobs(adapter)
+    assert sorted(k["name"] for k in knobs) == sorted(case.params)
+    # Baseline params name every knob and the derived gradient accumulation.
+    assert set(adapter.baseline_params(baseline)) == {*case.params, "gradient_accumulation_steps"}
+
+
+def test_every_knob_value_renders(case: Case, tmp_path: Path) -> None:
+    adapter, baseline = case.make(tmp_path)
+    for knob in _knobs(adapter):
+        values = [1, 2, 4] if knob.get("type") == "int" else [*knob.get("extra_savers", []), *knob["values"]]
+        for value in values:
+            spec = adapter.render(
+                baseline,
+                {knob["name"]: value},
+                gradient_accumulation_steps=1,
+                steps=3,
+                trial_dir=tmp_path / "trials" / f"{knob['name']}-{value}",
+            )
+            assert spec.argv
+
+
+def test_render_writes_only_under_trial_dir(case: Case, tmp_path: Path) -> None:
+    adapter, baseline = case.make(tmp_path)
+    before = _tree(tmp_path)
+    trial_dir = tmp_path / "runs" / "trial-0007"
+    spec = adapter.render(baseline, case.params, gradient_accumulation_steps=2, steps=7, trial_dir=trial_dir)
+    after = _tree(tmp_path)
+    outside = {k: v for k, v in after.items() if not k.startswith("runs/trial-0007/")}
+    assert outside == before
+    assert (trial_dir / "config.yaml").is_file()
+    assert not (trial_dir / "output").exists()  # the trainer makes its output dir, not render
+    assert spec.env[METRICS_ENV] == str(trial_dir.resolve() / "trainer-metrics.json")
+    assert all(isinstance(a, str) for a in spec.argv)
+    assert spec.cwd.is_absolute()
+    assert baseline.path is not None and baseline.path.read_text() == baseline.text
+
+
+def test_unknown_param_is_refused(case: Case, tmp_path: Path) -> None:
+    adapter, baseline = case.make(tmp_path)
+    with pytest.raises(ConfigError, match="no knob"):
+        adapter.render(
+            baseline, {"warp_drive": True}, gradient_accumulation_steps=1, steps=3, trial_dir=tmp_path / "t"
+        )
+
+
+def test_read_metrics_never_raises(case: Case, tmp_path: Path) -> None:
+    adapter, baseline = case.make(tmp_path)
+    trial_dir = tmp_path / "t"
+    assert not adapter.read_metrics(tmp_path / "missing", "").measured
+    adapter.render(baseline, case.params, gradient_accumulation_steps=2, steps=7, trial_dir=trial_dir)
+    full = adapter.read_metrics(trial_dir, case.output)
+    assert full.measured
+    for cut in range(0, len(case.output), 5):
+        adapter.read_metrics(trial_dir, case.output[:cut])
+    for name in ("trainer-metrics.json", "hook.jsonl", "adapter.json", "stdout.log", "stderr.log"):
+        (trial_dir / name).write_bytes(b'\x00\xff{"step_time_s": [\n{{{garbage')
+    adapter.read_metrics(trial_dir, "")
+    adapter.read_metrics(trial_dir, "\x00\ufffd" * 50)
+    (trial_dir / "adapter.json").write_text(json.dumps({"effective_batch": "lots"}))
+    adapter.read_metrics(trial_dir, case.output)
+
+
+def test_final_config_round_trips_knobs(case: Case, tmp_path: Path) -> None:
+    adapter, baseline = case.make(tmp_path)
+    text = adapter.final_config(baseline, case.params, gradient_accumulation_steps=4)
+    written = tmp_path / "winner.cfg"
+    written.write_text(text)
+    again = adapter.load_baseline(written)
+    assert adapter.baseline_params(again) == {**case.params, "gradient_accumulation_steps": 4}
+    command = adapter.training_command(
+        written, baseline=baseline, params=case.params, gradient_accumulation_steps=4
+    )
+    assert str(written.resolve()) in command or str(written) in command
+
+
+def test_final_config_with_baseline_knobs_is_the_baseline(case: Case, tmp_path: Path) -> None:
+    adapter, baseline = case.make(tmp_path)
+    params = adapter.baseline_params(baseline)
+    accum = params.pop("gradient_accumulation_steps")
+    text = adapter.final_config(baseline, params, gradient_accumulation_steps=accum)
+    if case.yaml_config:
+        assert text == baseline.text
+    else:
+        assert adapter.baseline_params(adapter.baseline_from_text(text)) == adapter.baseline_params(baseline)  # type: ignore[attr-defined]
+
+
+def test_unknown_adapter_name_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownTrainerError) as err:
+        get_adapter("ltx3")
+    for name in ("ltx2", "sana", "command", "reference"):
+        assert name in str(err.value)
+    assert adapter_names() == ["command", "ltx2", "reference", "sana"]
+
+
+@pytest.mark.parametrize("name", ["ltx2", "sana", "reference", "command"])
+def test_unknown_option_is_a_usage_error(name: str) -> None:
+    from autotune.errors import UsageError
+
+    with pytest.raises(UsageError, match="takes no option"):
+        get_adapter(name, template="x", colour="blue")
