@@ -242,14 +242,13 @@ class Ltx2Adapter(TrainerAdapter):
                 "--max-batch-size."
             )
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
-        for key, value in values:
-            if not cfg.has(key) or not same_value(cfg.get(key), value):
-                cfg.set(key, value)
+        edits = {k: v for k, v in values if not cfg.has(k) or not same_value(cfg.get(k), v)}
         for key, value in short_run_recipe(steps, trial_dir):
             if cfg.has(key) and same_value(cfg.get(key), value):
-                continue  # already so: each edit re-parses the file, and the line stays as written
+                continue  # already so: the line stays as written
             if self.create_missing_sections or "." not in key or cfg.has(key.rsplit(".", 1)[0]):
-                cfg.set(key, value)
+                edits[key] = value
+        cfg.set_many(edits)
         trial_dir.mkdir(parents=True, exist_ok=True)
         config_path = trial_dir / "config.yaml"
         config_path.write_text(cfg.dump(), encoding="utf-8")
@@ -384,9 +383,8 @@ class Ltx2Adapter(TrainerAdapter):
 
     def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
-        for key, value in self.knob_values(baseline, params, gradient_accumulation_steps):
-            if not cfg.has(key) or not same_value(cfg.get(key), value):
-                cfg.set(key, value)
+        knobs = self.knob_values(baseline, params, gradient_accumulation_steps)
+        cfg.set_many({k: v for k, v in knobs if not cfg.has(k) or not same_value(cfg.get(k), v)})
         return cfg.dump()
 
     def training_command(
