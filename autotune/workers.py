@@ -55,6 +55,7 @@ class Reaped:
     number: int
     params: dict[str, Any]
     reason: str
+    local: bool  # the dead worker ran on this machine (same pid space): its leftovers can be ended here
 
 
 def fail_trial(
@@ -79,7 +80,9 @@ def reap_stale(study: optuna.Study, book: ClaimBook) -> list[Reaped]:
         number = study._storage.get_trial_number_from_id(row.trial_id)
         reason = f"interrupted: {why}; the candidate will be run again"
         if fail_trial(study, row.trial_id, reason):
-            reaped.append(Reaped(number=number, params=row.params, reason=reason))
+            reaped.append(
+                Reaped(number=number, params=row.params, reason=reason, local=row.place == book.worker.place)
+            )
     return reaped
 
 
