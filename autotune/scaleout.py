@@ -197,6 +197,14 @@ class SharedSweep(Sweep):
         card = super()._card(baseline)
         if self.pin is None:
             return card
+        gpus_per_trial = max(1, int(getattr(baseline, "num_gpus", 1) or 1))
+        if gpus_per_trial > 1:
+            raise UsageError(
+                f"this config launches each trial on {gpus_per_trial} GPUs, but --parallel and "
+                "'autotune worker' run one single-GPU trial per card; plan for one GPU "
+                "('autotune plan --gpus 1 ...') to sweep card by card, or run 'autotune sweep' without "
+                "--parallel to give every trial all the cards"
+            )
         # One single-GPU trial per card: the card is the pinned one (all of one model, checked).
         return dataclasses.replace(card, count=1, indices=(self.pin.nvml_index,))
 
@@ -224,7 +232,8 @@ class SharedSweep(Sweep):
             for t in threads:
                 t.join()
             for gpu, exc in self.sibling_errors:
-                self.progress.line(f"the worker on {_prefix(gpu).strip()} stopped: {exc}")
+                if not isinstance(exc, SweepInterrupted):  # Ctrl-C: said once, by this worker
+                    self.progress.line(f"the worker on {_prefix(gpu).strip()} stopped: {exc}")
 
     def _claimed_search(self, strategy: Any, base_cand: Any) -> str:
         from autotune.strategy import Observation

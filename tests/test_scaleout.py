@@ -335,3 +335,25 @@ def _alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize(("gpus_per_trial", "refused"), [(1, False), (2, True)])
+def test_a_pinned_worker_judges_its_own_card_and_refuses_multi_gpu_trials(
+    tmp_path: Path, gpus_per_trial: int, refused: bool
+) -> None:
+    from autotune.probe import probe
+    from autotune.scaleout import SharedSweep
+    from autotune.trainers.base import Baseline
+
+    nvml = FakeNvml([CARD, CARD])
+    second = probe(lambda: nvml, env={}).gpus[1]
+    worker = SharedSweep(_opts(tmp_path, "sqlite://"), nvml=nvml, pin=second, stream=io.StringIO())
+    worker.nvml = nvml
+    baseline = Baseline(trainer="command", text="", data={}, num_gpus=gpus_per_trial)
+    if refused:
+        with pytest.raises(UsageError, match="launches each trial on 2 GPUs"):
+            worker._card(baseline)
+        return
+    card = worker._card(baseline)
+    assert (card.count, card.indices, card.vram_gb) == (1, (1,), CARD_GB)
+    assert worker._trial_env() == {"CUDA_VISIBLE_DEVICES": fake_uuid(1)}
