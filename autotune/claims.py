@@ -275,6 +275,18 @@ class ClaimBook:
         with self.engine.connect() as conn:
             return [_row(r) for r in conn.execute(q)]
 
+    def _in_flight_at(self) -> tuple[float, list[ClaimRow]]:
+        """``in_flight`` and the database's clock, in one query."""
+        c = CLAIMS.c
+        q = sa.select(CLAIMS, self._now.label("db_now")).where(
+            c.study_id == self.study_id, c.state == RUNNING
+        )
+        with self.engine.connect() as conn:
+            result = list(conn.execute(q))
+        if not result:
+            return 0.0, []  # nothing in flight: no clock needed
+        return float(result[0].db_now), [_row(r) for r in result]
+
     def all_claims(self) -> list[ClaimRow]:
         q = sa.select(CLAIMS).where(CLAIMS.c.study_id == self.study_id)
         with self.engine.connect() as conn:
@@ -289,9 +301,9 @@ class ClaimBook:
         comes with the reason, in words.
         """
         c = CLAIMS.c
-        now = self.now()
+        now, rows = self._in_flight_at()
         taken = []
-        for r in self.in_flight():
+        for r in rows:
             gone_here = r.place == self.worker.place and process_is_gone(r.pid, r.pid_started)
             if not gone_here and r.heartbeat_at >= now - r.lease_s:
                 continue

@@ -446,7 +446,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _add_scaleout_flags(p: argparse.ArgumentParser) -> None:
     """Flags ``sweep`` and ``worker`` share: how workers on one study find out about each other."""
-    from autotune.scaleout import DEFAULT_LEASE_S
+    from autotune.parallel import DEFAULT_LEASE_S
     from autotune.units import format_duration
 
     if p.prog.endswith(" sweep"):

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from autotune.errors import UsageError
-from autotune.probe import VisibleGpu
+
+if TYPE_CHECKING:  # the CLI reads DEFAULT_LEASE_S from here while it builds its parser: stay light
+    from autotune.probe import VisibleGpu
+
+#: A worker that sent no heartbeat for this long is taken for dead and its trial run again.
+#: Long enough to ride out a database failover or a stalled NFS mount; a dead worker on the
+#: same machine is noticed at once (its process is gone), without waiting for the lease.
+DEFAULT_LEASE_S = 60.0
 
 
 def card_model(gpu: VisibleGpu) -> str:

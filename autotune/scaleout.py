@@ -30,15 +30,11 @@ from autotune import study as st
 from autotune.claims import Claim, ClaimBook, Heartbeat, WorkerIdentity
 from autotune.errors import AutotuneError, StorageError, StudyMismatchError, UsageError
 from autotune.nvml import Nvml
-from autotune.parallel import LinePrefixer, cards_for_parallel
+from autotune.parallel import DEFAULT_LEASE_S, LinePrefixer, cards_for_parallel
 from autotune.probe import VisibleGpu, probe
 from autotune.sweep import Sweep, SweepInterrupted, SweepOptions, SweepResult, label
 from autotune.workers import Reaped, Waiting, attach_or_fail, claim_next, fail_trial, reap_stale
 
-#: A worker that sent no heartbeat for this long is taken for dead and its trial run again.
-#: Long enough to ride out a database failover or a stalled NFS mount; a dead worker on the
-#: same machine is noticed at once (its process is gone), without waiting for the lease.
-DEFAULT_LEASE_S = 60.0
 #: Study user attr with the options the sweep was started with, so ``autotune worker`` needs
 #: only the study's name and database.
 OPTIONS_ATTR = "sweep_options"
@@ -245,8 +241,14 @@ class SharedSweep(Sweep):
         poll_s = min(2.0, self.lease_s / 10)
         checked_baseline = False
         waiting_said = False
+
+        def fresh() -> list[FrozenTrial]:
+            study.refresh()  # the study caches its trials; other workers' show up after this
+            return study.trials()
+
         while True:
-            study.refresh()  # the study's trial cache sees other workers' trials only after this
+            # The study caches its trials until our own next write; other workers' trials show
+            # up after a refresh: in ``propose`` (the decision) and after waiting (the limits).
             if (why := self._limit_reached()) is not None:
                 return why
             role = "search"
@@ -269,8 +271,7 @@ class SharedSweep(Sweep):
                     self._check_baseline(base)
                     checked_baseline = True
                 role = "search"
-                study.refresh()  # other workers' trials since our last write
-                history = self._history()
+                history = self._history()  # the snapshot ``trials`` came from (read_trials below)
                 for p in in_flight:
                     history.append(
                         Observation(candidate=space.candidate(dict(p)), outcome=None, samples_per_s=None,
@@ -279,7 +280,7 @@ class SharedSweep(Sweep):
                 cand = strategy.next_candidate(history)
                 return None if cand is None else {k: st.to_study_value(v) for k, v in cand.params.items()}
 
-            step = claim_next(study.study, study.book, propose, on_reaped=self._say_reaped)
+            step = claim_next(study.study, study.book, propose, on_reaped=self._say_reaped, read_trials=fresh)
             if step is None:
                 return "done"
             if isinstance(step, Waiting):
@@ -290,6 +291,7 @@ class SharedSweep(Sweep):
                     )
                     waiting_said = True
                 self.stop.wait(poll_s)
+                study.refresh()
                 continue
             waiting_said = False
             study.pending = step

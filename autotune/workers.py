@@ -127,6 +127,7 @@ def claim_next(
     propose: Propose,
     *,
     on_reaped: Callable[[Reaped], None] | None = None,
+    read_trials: Callable[[], Sequence[FrozenTrial]] | None = None,
 ) -> Claim | Waiting | None:
     """Claim the strategy's next candidate; the caller then creates its trial and ``attach``-es it.
 
@@ -134,14 +135,17 @@ def claim_next(
     running elsewhere) plus the params of candidates claimed elsewhere whose trial this
     snapshot does not show as RUNNING yet, and returns params or None. Returns the claim,
     ``Waiting`` (None proposed while work is in flight: look again later) or None (done).
+    ``read_trials`` reads the study's trials afresh (default: ``study.get_trials``); a strategy
+    that reads them itself should read that same snapshot.
     """
+    read = read_trials or (lambda: study.get_trials(deepcopy=False))
     for _ in range(MAX_LOST_RACES):
         for r in reap_stale(study, book):
             if on_reaped is not None:
                 on_reaped(r)
         # Trials first, then claims: a claim made after the trials were read still shows as
         # in flight, and one whose trial finished in between is harmless (its trial is done).
-        trials = study.get_trials(deepcopy=False)
+        trials = read()
         running_ids = {t._trial_id for t in trials if t.state == TrialState.RUNNING}
         claims = book.in_flight()
         in_flight = [c.params for c in claims if c.trial_id not in running_ids]
