@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in (_add_probe, _add_plan, _add_sweep, _add_status, _add_report):
+    for add in (_add_probe, _add_plan, _add_sweep, _add_worker, _add_status, _add_report):
         add(sub)
     return parser
 
@@ -370,6 +370,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="sweep any trainer through a command template (trainer 'command'); placeholders: the knob "
         "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}",
     )
+    _add_scaleout_flags(p)
     p.set_defaults(handler=_cmd_sweep)
 
 
@@ -411,13 +412,13 @@ def _sweep_options(args: argparse.Namespace) -> Any:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import optuna
 
-    from autotune.sweep import Sweep, SweepInterrupted
+    from autotune.scaleout import run_sweep
+    from autotune.sweep import SweepInterrupted
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # autotune prints its own progress
     opts = _sweep_options(args)
-    sweep = Sweep(opts)
     try:
-        result = sweep.run()
+        result = run_sweep(opts, parallel=args.parallel, lease_s=args.lease)
     except SweepInterrupted as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -437,6 +438,108 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"report: {md[0]}" + (f" (beside it: {others})" if others else ""), file=out)
     if not result.reports:
         print(f"see it with: autotune status --study {result.study} --storage {result.storage}", file=out)
+    return EXIT_OK
+
+
+# --- worker ------------------------------------------------------------------------------------
+
+
+def _add_scaleout_flags(p: argparse.ArgumentParser) -> None:
+    """Flags ``sweep`` and ``worker`` share: how workers on one study find out about each other."""
+    from autotune.parallel import DEFAULT_LEASE_S
+    from autotune.units import format_duration
+
+    if p.prog.endswith(" sweep"):
+        p.add_argument(
+            "--parallel",
+            action="store_true",
+            help="run one single-GPU trial per card of this machine at once, each pinned to its card "
+            "with CUDA_VISIBLE_DEVICES (the cards must be of one model: results only compare on identical "
+            "cards); other machines may join with 'autotune worker'",
+        )
+    p.add_argument(
+        "--lease",
+        type=_duration("--lease"),
+        default=DEFAULT_LEASE_S,
+        help="a worker that sends no heartbeat for this long is taken for dead: its trial is recorded as "
+        "interrupted and run again by another (default: "
+        f"{format_duration(DEFAULT_LEASE_S)}; a dead worker on the same machine is noticed at once)",
+    )
+
+
+def _add_worker(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="join a running sweep's study from another machine (or card) and run its trials",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Join a study that 'autotune sweep' started, usually in a PostgreSQL database shared by\n"
+            "several machines, and run its trials on this machine's cards: one single-GPU trial per\n"
+            "card at once (or only --gpu N). The sweep's settings (trainer, config, steps, headroom,\n"
+            "card) come from the study; a worker on another card model refuses to join. No candidate\n"
+            "runs twice, and a dead worker's trial is run again. The worker stops when nothing is left\n"
+            "to run; the sweep that started the study picks the best and writes the report."
+        ),
+        epilog=(
+            "examples:\n"
+            "  autotune worker --study ltx2-h100 --storage postgresql://autotune@db.example.org/autotune\n"
+            "  autotune worker --study ltx2-h100 --storage postgresql://... --gpu 0 --wait 15m\n"
+            "Ctrl-C ends the running trials, records them as interrupted (another worker runs them\n"
+            "again) and exits 130."
+        ),
+    )
+    p.add_argument(
+        "--study", required=True, help="the study to join (its name, as 'autotune sweep --study' gave it)"
+    )
+    p.add_argument(
+        "--storage",
+        required=True,
+        help="the study's database URL, e.g. postgresql://user@host/autotune (sqlite:///path/studies.db "
+        "for workers on the same machine)",
+    )
+    p.add_argument(
+        "--gpu",
+        type=int,
+        metavar="N",
+        help="run on this card only (N as CUDA numbers the visible cards: 0, 1, ...); default: every "
+        "visible card, one trial each",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="where this worker's trial folders go (default: the study's workdir if it exists on this "
+        "machine, e.g. on a shared filesystem; else ./autotune-runs)",
+    )
+    p.add_argument(
+        "--wait",
+        type=_duration("--wait"),
+        default=0.0,
+        help="if the study does not exist yet, wait this long for its sweep to start it (like 15m; "
+        "default: 0, fail at once)",
+    )
+    _add_scaleout_flags(p)
+    p.set_defaults(handler=_cmd_worker)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    import optuna
+
+    from autotune.scaleout import run_worker
+    from autotune.sweep import SweepInterrupted
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        result = run_worker(
+            args.study, args.storage, gpu=args.gpu, workdir=args.workdir, lease_s=args.lease, wait_s=args.wait
+        )
+    except SweepInterrupted as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(
+        f"worker on study {result.study}: {result.stop_reason}; the study has {result.trials_run} finished "
+        "trial(s); the sweep that started it picks the best and writes the report",
+        file=sys.stdout,
+    )
     return EXIT_OK
 
 

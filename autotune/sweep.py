@@ -381,7 +381,7 @@ class Sweep:
             "trainer_options": {k: str(v) for k, v in sorted(options.items())},
         }
         storage = st.open_storage(storage_url)
-        self.study = study = st.SweepStudy.open_or_create(storage, study_name, settings, workdir=workdir)[0]
+        self.study = study = self._open_study(storage, study_name, settings, workdir)
         me = st.Orchestrator.me()
         study.check_not_running_elsewhere(me)
         study.claim(me)
@@ -414,6 +414,8 @@ class Sweep:
         )
 
         stop_reason = self._search(strategy, base_cand)
+        if not self.concludes:  # a worker leaves the best, confirmation and report to the sweep
+            return self._result(study_name, storage_url, None, stop_reason, [])
         best_trial = self._pick_best(strategy)
         if best_trial is not None and opts.confirm and stop_reason == "done":
             best_trial = self._confirm(strategy, best_trial)
@@ -422,6 +424,20 @@ class Sweep:
         self._record_ruled_out(strategy)
         reports = self._write_reports()
         return self._result(study_name, storage_url, best_trial, stop_reason, reports)
+
+    # hooks for workers sharing the study (autotune.scaleout overrides them)
+
+    #: False for a worker that only runs trials: the sweep that started the study concludes it.
+    concludes = True
+
+    def _open_study(
+        self, storage: Any, name: str, settings: Mapping[str, Any], workdir: Path
+    ) -> st.SweepStudy:
+        return st.SweepStudy.open_or_create(storage, name, settings, workdir=workdir)[0]
+
+    def _trial_env(self) -> dict[str, str]:
+        """Environment added to every trial (a pinned worker's ``CUDA_VISIBLE_DEVICES``)."""
+        return {}
 
     # the search
 
@@ -578,7 +594,7 @@ class Sweep:
             attrs_end.update({"outcome": Outcome.CONFIG_ERROR.value, "reason": _one_line(str(exc))})
             self.progress.trial_finished(trial.number, f"config_error: {_one_line(str(exc))}")
             return study.finish_trial(trial, attrs_end, None)
-        spec = replace(spec, env={**spec.env, st.TRIAL_TAG_ENV: tag})
+        spec = replace(spec, env={**spec.env, st.TRIAL_TAG_ENV: tag, **self._trial_env()})
         attrs_end["command"] = spec.shell_command()
         study.set_trial_attrs(trial, {"command": attrs_end["command"], "trial_dir": str(trial_dir)})
 

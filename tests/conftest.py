@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# The throwaway PostgreSQL server (fixtures pg_server, pg_url) for the multi-worker tests.
+pytest_plugins = ["tests.pg"]
+
 REPO = Path(__file__).resolve().parent.parent
 
 

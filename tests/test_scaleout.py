@@ -1,0 +1,359 @@
+"""Scaling out, end to end: every card of a machine (--parallel, on SQLite, cards faked at the
+NVML seam) and several workers on one PostgreSQL study (real processes, a real server).
+
+The trainer is ``tests/fakes/pinned_trainer.py``: the sweep tests' fake with a known landscape,
+which also records the card it was pinned to and when it ran. No GPU is needed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.claims import ClaimBook, sqlite_timeout_engine
+from autotune.errors import StudyMismatchError, UsageError
+from autotune.scaleout import OPTIONS_ATTR, run_sweep, run_worker
+from autotune.sweep import SweepOptions
+from tests.conftest import FAKES, REPO
+from tests.fake_nvml import A6000, FakeNvml, fake_uuid
+
+CARD = ("NVIDIA Fake 16GB", 15.9)
+CARD_GB = 16.0
+BEST = ("none", "adamw", 4, True)  # the landscape's true best at 16 GB with 10 % headroom
+TEMPLATE = (
+    f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'pinned_trainer.py'))} "
+    "{quantization} {optimizer} {batch_size} {gradient_checkpointing} {steps}"
+)
+
+
+def _fake_env(tmp: Path, sleep_s: float = 0.3, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWEEP_FAKE_", "PINNED_FAKE_"))}
+    env.update(
+        {
+            "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+            "PINNED_FAKE_LOG": str(tmp / "launches.jsonl"),
+            "SWEEP_FAKE_SLEEP_S": str(sleep_s),
+            "SWEEP_FAKE_CARD_GB": str(CARD_GB),
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def _launches(tmp: Path, event: str = "start") -> list[dict[str, Any]]:
+    path = tmp / "launches.jsonl"
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in lines if r["event"] == event]
+
+
+def _key(params: dict[str, Any]) -> tuple[str, str, int, bool]:
+    return (
+        str(params["quantization"]),
+        str(params["optimizer"]),
+        int(params["batch_size"]),
+        bool(params["gradient_checkpointing"]),
+    )
+
+
+def _opts(tmp: Path, storage: str, **kw: Any) -> SweepOptions:
+    base: dict[str, Any] = {
+        "trainer": "command",
+        "cmd": TEMPLATE,
+        "vram_gb": CARD_GB,
+        "steps": 20,
+        "max_batch_size": 8,
+        "study": "s",
+        "storage": storage,
+        "workdir": tmp / "runs",
+    }
+    base.update(kw)
+    return SweepOptions(**base)
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _max_overlap(tmp: Path) -> int:
+    """The most trials that ran at the same moment, from the fake's start and end records."""
+    starts = {r["pid"]: r["t"] for r in _launches(tmp, "start")}
+    ends = {r["pid"]: r["t"] for r in _launches(tmp, "end")}
+    events = sorted([(t, 1) for t in starts.values()] + [(ends.get(p, float("inf")), -1) for p in starts])
+    now = best = 0
+    for _, delta in events:
+        now += delta
+        best = max(best, now)
+    return best
+
+
+# --- one machine, every card --------------------------------------------------------------------
+
+
+def test_parallel_runs_one_pinned_trial_per_card_and_finds_the_same_best(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in _fake_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    nvml = FakeNvml([CARD, CARD, CARD])
+    out = io.StringIO()
+    url = f"sqlite:///{tmp_path / 'runs' / 'studies.db'}"
+    result = run_sweep(_opts(tmp_path, url), parallel=True, nvml=nvml, stream=out, tty=False, lease_s=3)
+
+    launches = _launches(tmp_path)
+    cands = [tuple(r["params"]) for r in launches]
+    assert len(cands) == len(set(cands)), f"a candidate ran twice: {Counter(cands).most_common(3)}"
+    uuids = {fake_uuid(i) for i in range(3)}
+    assert {r["cuda_visible_devices"] for r in launches} <= uuids  # every trial pinned to one card
+    assert len({r["cuda_visible_devices"] for r in launches}) >= 2
+    assert _max_overlap(tmp_path) >= 2  # really at the same time
+    assert result.best_params is not None and _key(result.best_params) == BEST
+    assert result.stop_reason == "done"
+    text = out.getvalue()
+    assert "[gpu 0] " in text and "[gpu 1] " in text
+    study = optuna.load_study(study_name="s", storage=url)
+    trials = study.get_trials()
+    assert len(trials) == len(launches)
+    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
+    assert study.user_attrs["settings"]["card"]["count"] == 1  # each trial has one card
+    assert study.user_attrs[OPTIONS_ATTR]["cmd"] == TEMPLATE
+    assert ClaimBook(sqlite_timeout_engine(url), study._study_id).in_flight() == []
+
+
+def test_parallel_refuses_mixed_card_models(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    with pytest.raises(UsageError, match="mixes 2 GPU models"):
+        run_sweep(_opts(tmp_path, url), parallel=True, nvml=FakeNvml([CARD, A6000]), stream=io.StringIO())
+    assert not (tmp_path / "studies.db").exists()  # refused before anything was written
+
+
+def test_a_worker_on_another_card_model_refuses_to_join_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in _fake_env(tmp_path, sleep_s=0.05).items():
+        monkeypatch.setenv(key, value)
+    url = f"sqlite:///{tmp_path / 'runs' / 'studies.db'}"
+    run_sweep(_opts(tmp_path, url, max_trials=1), nvml=FakeNvml([CARD]), stream=io.StringIO(), tty=False)
+    with pytest.raises(StudyMismatchError) as err:
+        run_worker("s", url, nvml=FakeNvml([A6000]), stream=io.StringIO())
+    text = str(err.value)
+    assert "cannot join study 's'" in text
+    assert CARD[0] in text and A6000[0] in text
+    assert "separate study" in text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"study": "nope"}, "no study 'nope'"),
+        ({"gpu": 3}, "--gpu 3: this process sees 1 GPU"),
+    ],
+)
+def test_worker_usage_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], message: str
+) -> None:
+    for key, value in _fake_env(tmp_path, sleep_s=0.05).items():
+        monkeypatch.setenv(key, value)
+    url = f"sqlite:///{tmp_path / 'runs' / 'studies.db'}"
+    run_sweep(_opts(tmp_path, url, max_trials=1), nvml=FakeNvml([CARD]), stream=io.StringIO(), tty=False)
+    args: dict[str, Any] = {"study": "s", **kwargs}
+    study = args.pop("study")
+    with pytest.raises(Exception, match=message):
+        run_worker(study, url, nvml=FakeNvml([CARD]), stream=io.StringIO(), **args)
+
+
+# --- several machines, one PostgreSQL study -----------------------------------------------------
+
+
+def _sweep_argv(tmp: Path, url: str, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "autotune", "sweep", "--workdir", str(tmp / "runs"), "--cmd", TEMPLATE,
+        "--vram-gb", str(CARD_GB), "--steps", "20", "--max-batch-size", "8", "--study", "s",
+        "--storage", url, *extra,
+    ]  # fmt: skip
+
+
+def _worker_argv(tmp: Path, url: str, name: str, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "autotune", "worker", "--study", "s", "--storage", url,
+        "--workdir", str(tmp / name), "--wait", "2m", *extra,
+    ]  # fmt: skip
+
+
+def _start(argv: list[str], env: dict[str, str], tmp: Path, name: str) -> subprocess.Popen[str]:
+    """A process whose output goes to ``tmp/name.out`` and ``tmp/name.err`` (read while it runs)."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        cwd=tmp,
+        stdout=(tmp / f"{name}.out").open("w"),
+        stderr=(tmp / f"{name}.err").open("w"),
+        text=True,
+    )
+
+
+def _text(tmp: Path, name: str, stream: str = "err") -> str:
+    path = tmp / f"{name}.{stream}"
+    return path.read_text() if path.exists() else ""
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 300) -> int:
+    """Its exit code; killed if it has not exited within ``timeout``."""
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _kill_left(*procs: subprocess.Popen[str]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_three_workers_share_one_postgres_study_and_run_nothing_twice(pg_url: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    env = _fake_env(tmp_path, sleep_s=0.6)
+    names = ["w0", "w1"]
+    workers = [_start(_worker_argv(tmp_path, pg_url, n, "--lease", "3"), env, tmp_path, n) for n in names]
+    sweep = _start(
+        _sweep_argv(tmp_path, pg_url), {**env, "PINNED_FAKE_BASELINE_WAITS_FOR": str(go)}, tmp_path, "sweep"
+    )
+    try:  # the baseline runs alone while the workers join and wait for its verdict
+        for n in names:
+            _wait_for(lambda n=n: "waiting:" in _text(tmp_path, n), f"worker {n} to join")
+        go.touch()
+        assert _finish(sweep) == 0, _text(tmp_path, "sweep")
+        for w, n in zip(workers, names, strict=True):
+            assert _finish(w, 120) == 0, _text(tmp_path, n)
+            assert "worker on study s: done" in _text(tmp_path, n, "out")
+    finally:
+        _kill_left(*workers, sweep)
+
+    launches = _launches(tmp_path)
+    cands = [tuple(r["params"]) for r in launches]
+    assert len(cands) == len(set(cands)), f"a candidate ran twice: {Counter(cands).most_common(3)}"
+    study = optuna.load_study(study_name="s", storage=pg_url)
+    trials = study.get_trials()
+    assert len(trials) == len(launches)
+    by_worker = Counter(t.user_attrs["worker"] for t in trials)
+    assert len(by_worker) >= 2, by_worker  # the work was shared
+    assert _max_overlap(tmp_path) >= 2
+    out = _text(tmp_path, "sweep", "out")
+    best_line = next(line for line in out.splitlines() if line.startswith("best: "))
+    winner = next(t for t in trials if f"trial {t.number}:" in best_line)
+    assert _key(winner.params) == BEST
+    assert study.user_attrs["best_trial"] == winner.number
+
+
+def test_a_killed_worker_trial_is_run_again_by_another(pg_url: str, tmp_path: Path) -> None:
+    """SIGKILL a worker mid-trial: the sweep fails that trial as interrupted, ends its orphaned
+    trainer and runs the candidate again; everything else still runs once, and the best is found.
+
+    Made deterministic with the baseline, which must always be run: a first sweep is stopped
+    with Ctrl-C during it, a worker then takes it (and hangs), and the resumed sweep waits for
+    the worker's verdict until the worker is killed.
+    """
+    never, hang = tmp_path / "never", tmp_path / "hang"
+    first = _start(
+        _sweep_argv(tmp_path, pg_url),
+        _fake_env(tmp_path, PINNED_FAKE_BASELINE_WAITS_FOR=str(never)),
+        tmp_path,
+        "first",
+    )
+    try:
+        _wait_for(lambda: bool(_launches(tmp_path)), "the first sweep to start its baseline")
+        first.send_signal(signal.SIGINT)
+        assert _finish(first, 60) == 130, _text(tmp_path, "first")
+    finally:
+        _kill_left(first)
+    worker = _start(
+        _worker_argv(tmp_path, pg_url, "w"),
+        _fake_env(tmp_path, sleep_s=0.2, PINNED_FAKE_HANG_ONCE=str(hang)),
+        tmp_path,
+        "w",
+    )
+    sweep = None
+    try:
+        _wait_for(lambda: hang.exists() and len(hang.read_text().split()) == 2, "the worker's trial to hang")
+        trainer_pid, parent = map(int, hang.read_text().split())
+        assert parent == worker.pid
+        sweep = _start(_sweep_argv(tmp_path, pg_url), _fake_env(tmp_path, sleep_s=0.2), tmp_path, "sweep")
+        _wait_for(
+            lambda: "waiting:" in _text(tmp_path, "sweep"), "the sweep to wait for the worker's baseline"
+        )
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        assert _finish(sweep) == 0, _text(tmp_path, "sweep")
+    finally:
+        _kill_left(worker, *([sweep] if sweep else []))
+    err, out = _text(tmp_path, "sweep"), _text(tmp_path, "sweep", "out")
+    study = optuna.load_study(study_name="s", storage=pg_url)
+    trials = study.get_trials()
+    base = [t for t in trials if t.user_attrs.get("role") == "baseline"]
+    assert [t.user_attrs["outcome"] for t in base] == ["interrupted", "interrupted", "ok"]
+    ctrl_c, killed, again = base
+    assert "SIGINT" in ctrl_c.user_attrs["reason"] or "interrupt" in ctrl_c.user_attrs["reason"]
+    assert killed.user_attrs["worker"].endswith(f"pid {worker.pid}")
+    assert "is gone" in killed.user_attrs["reason"] and "run again" in killed.user_attrs["reason"]
+    assert again.user_attrs["worker"].endswith(f"pid {sweep.pid}")
+    assert "were ended" in err, err
+    assert not _alive(trainer_pid)  # the orphaned trainer was ended, not left holding the card
+    cands = Counter(tuple(r["params"]) for r in _launches(tmp_path))
+    twice = {c: n for c, n in cands.items() if n > 1}
+    assert twice == {_key(killed.params): 3}  # the baseline: Ctrl-C'd, killed, then run to the end
+    best_line = next(line for line in out.splitlines() if line.startswith("best: "))
+    winner = next(t for t in trials if f"trial {t.number}:" in best_line)
+    assert _key(winner.params) == BEST
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(("gpus_per_trial", "refused"), [(1, False), (2, True)])
+def test_a_pinned_worker_judges_its_own_card_and_refuses_multi_gpu_trials(
+    tmp_path: Path, gpus_per_trial: int, refused: bool
+) -> None:
+    from autotune.probe import probe
+    from autotune.scaleout import SharedSweep
+    from autotune.trainers.base import Baseline
+
+    nvml = FakeNvml([CARD, CARD])
+    second = probe(lambda: nvml, env={}).gpus[1]
+    worker = SharedSweep(_opts(tmp_path, "sqlite://"), nvml=nvml, pin=second, stream=io.StringIO())
+    worker.nvml = nvml
+    baseline = Baseline(trainer="command", text="", data={}, num_gpus=gpus_per_trial)
+    if refused:
+        with pytest.raises(UsageError, match="launches each trial on 2 GPUs"):
+            worker._card(baseline)
+        return
+    card = worker._card(baseline)
+    assert (card.count, card.indices, card.vram_gb) == (1, (1,), CARD_GB)
+    assert worker._trial_env() == {"CUDA_VISIBLE_DEVICES": fake_uuid(1)}
