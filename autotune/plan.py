@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError, ConfigError, UnknownTrainerError, UnsupportedCardError, UsageError
+from autotune.errors import AutotuneError, UnknownTrainerError, UnsupportedCardError, UsageError
 from autotune.nvml import Nvml
 from autotune.probe import probe
 from autotune.schema import check_keys
 from autotune.tiers import TierInfo, classify
 from autotune.trainers.base import Baseline
-from autotune.yamlconf import RoundTripConfig
+from autotune.yamlconf import RoundTripConfig, read_config_text
 
 #: Trainers whose baselines ``plan`` knows. Other adapters take the user's own config.
 PLAN_TRAINERS = ("ltx2", "reference")
@@ -607,10 +607,7 @@ def _launch(plan: Plan, n: int, full: bool) -> LaunchPlan:
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    return read_config_text(path)
 
 
 def _abs(path: Path, cwd: Path) -> Path:

@@ -46,7 +46,7 @@ from autotune.trainers.common import (
     write_trial_record,
 )
 from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
-from autotune.yamlconf import load_yaml
+from autotune.yamlconf import load_yaml, read_config_text
 
 KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
 #: Boolean knob -> the store_true flag that turns it on.
@@ -181,10 +181,7 @@ class SanaAdapter(TrainerAdapter):
                 "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...'"
             )
         path = Path(config)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        text = read_config_text(path)
         return self.baseline_from_text(text, path)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
