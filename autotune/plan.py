@@ -370,8 +370,13 @@ def _locate_config(
         and ("/" in config or _abs(Path(config), cwd).is_file())
     ):
         path = _abs(Path(config), cwd)
+        if path.is_dir():
+            raise UsageError(f"--config {config}: {path} is a directory; give the YAML file itself")
         if not path.is_file():
-            raise UsageError(f"--config {config}: no such file ({path})")
+            raise UsageError(
+                f"--config {config}: no such file ({path}); check the path, or name a shipped config "
+                "without a folder (like --config t2v_lora)"
+            )
         package = _package_dir(trainer_dir, cwd) if trainer == "ltx2" and trainer_dir else None
         return package, path
     if trainer == "reference":

@@ -139,7 +139,11 @@ class RoundTripConfig:
         if doc is None:
             return CommentedMap()
         if not isinstance(doc, CommentedMap):
-            raise ConfigError(f"{self.source}: expected a mapping of sections at the top of the file")
+            raise ConfigError(
+                f"{self.source}: expected a mapping of sections at the top of the file (like "
+                f"'optimization:' on its own line), found {'a list' if isinstance(doc, list) else 'a single value'}; "
+                "check that the file is the trainer's config"
+            )
         return doc
 
     def get(self, dotted: str, default: Any = None) -> Any:

@@ -1,0 +1,195 @@
+"""Every bad input over the command line: exit 2, one clear ``error:`` message, no traceback.
+
+One table for all commands. A row is the argv (with ``{tmp}``-style placeholders for
+files the ``world`` fixture writes) and the fragments the message must contain: what
+was wrong, where (flag, file:line:col), and a hint how to fix it. Every row also runs
+with ``--debug``, which must add the traceback and keep the exit code.
+
+The rows run in-process through ``autotune.cli.main`` (fast); a sample runs as a real
+``python -m autotune`` process, which is what users meet.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from tests.conftest import REPO
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    argv: tuple[str, ...]
+    expect: tuple[str, ...]
+
+
+def row(id: str, argv: str | list[str], *expect: str) -> Row:
+    """``argv`` as a string is split on spaces (placeholders never contain spaces)."""
+    return Row(id, tuple(argv.split() if isinstance(argv, str) else argv), expect)
+
+
+_MINIMAL_LTX2 = """\
+model:
+  model_path: "/models/ltx-2.safetensors"
+  text_encoder_path: "/models/gemma"
+  training_mode: "lora"
+data:
+  preprocessed_data_root: "/data/preprocessed"
+optimization:
+  learning_rate: 1e-4
+  steps: 100
+  batch_size: 1
+  gradient_accumulation_steps: 1
+output_dir: "outputs/run"
+"""
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> dict[str, str]:
+    """The files the rows point at; returns the placeholder -> path map."""
+    files = {
+        # A stray indent on line 3: the parser reports 3:14.
+        "indent.yaml": "optimization:\n  steps: 10\n   batch_size: 2\n",
+        "unclosed.yaml": "optimization:\n  steps: [1, 2\n",
+        "typo.yaml": "optimization:\n  stepz: 10\n",
+        "unknown_section.yaml": "optimisation:\n  steps: 10\n",
+        "dup.yaml": "optimization:\n  steps: 10\n  steps: 20\n",
+        "tag.yaml": 'optimization: !!python/object/apply:os.system ["touch {tmp}/pwned"]\n',
+        "list.yaml": "- a\n- b\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text.replace("{tmp}", str(tmp_path)), encoding="utf-8")
+    (tmp_path / "latin1.yaml").write_bytes("optimization:\n  name: caf\xe9\n".encode("latin-1"))
+    (tmp_path / "afile").write_text("x\n")
+    (tmp_path / "empty-dir").mkdir()
+    (tmp_path / "dir.yaml").mkdir()
+    # A minimal LTX-2 checkout (packages/ltx-trainer with its configs) and the assets to patch in.
+    pkg = tmp_path / "LTX-2" / "packages" / "ltx-trainer"
+    (pkg / "configs").mkdir(parents=True)
+    (pkg / "scripts").mkdir()
+    (pkg / "scripts" / "train.py").write_text("# stand-in\n")
+    for name in ("t2v_lora.yaml", "t2v_lora_low_vram.yaml"):
+        (pkg / "configs" / name).write_text(_MINIMAL_LTX2)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "ltx-2.safetensors").write_bytes(b"\0")
+    (tmp_path / "models" / "model.bin").write_bytes(b"\0")
+    return {"{tmp}": str(tmp_path), "{ltx2}": str(tmp_path / "LTX-2")}
+
+
+def expand(argv: tuple[str, ...], subs: dict[str, str]) -> list[str]:
+    out = []
+    for a in argv:
+        for k, v in subs.items():
+            a = a.replace(k, v)
+        out.append(a)
+    return out
+
+
+P = "plan --vram-gb 48"  # a plan that needs no GPU
+PL = f"{P} --trainer-dir {{ltx2}}"  # ... with an LTX-2 checkout
+PR = "plan --trainer reference --vram-gb 48 -o {tmp}/out.yaml --config"  # a plan of one's own YAML
+
+ROWS: list[Row] = [
+    # --- the command line itself ------------------------------------------------------------------
+    row("unknown-command", "sweeep", "invalid choice: 'sweeep'", "choose from", "--help"),
+    row("unknown-flag", "probe --no-such-flag", "--no-such-flag", "--help"),
+    row("stray-argument", "probe extra", "unrecognized arguments: extra", "--help"),
+    row("flag-missing-value", "plan --vram-gb", "--vram-gb", "expected one argument", "--help"),
+    # --- plan: wrong types and ranges -------------------------------------------------------------
+    row("vram-not-a-number", "plan --vram-gb abc", "--vram-gb", "'abc'", "like 48"),
+    row("vram-negative", "plan --vram-gb -3", "--vram-gb", "positive"),
+    row("vram-zero", "plan --vram-gb 0", "--vram-gb", "positive"),
+    row("vram-nan", "plan --vram-gb nan", "--vram-gb", "positive"),
+    row("vram-inf", "plan --vram-gb inf", "--vram-gb", "positive"),
+    row("gpus-not-a-number", f"{P} --gpus x", "--gpus", "'x'"),
+    row("gpus-fraction", f"{P} --gpus 1.5", "--gpus", "'1.5'"),
+    row("gpus-zero", f"{P} --gpus 0", "--gpus", "1 or more"),
+    row("gpus-negative", f"{P} --gpus -2", "--gpus", "1 or more"),
+    row("card-too-small", "plan --vram-gb 8", "8 GB", "32 GB", "--force", "--vram-gb N"),
+    # --- plan: trainers ------------------------------------------------------------------------
+    row("unknown-trainer", f"{P} --trainer nope", "unknown trainer 'nope'", "ltx2, reference", "--trainer"),
+    row("trainer-without-baselines", f"{P} --trainer sana", "'sana'", "autotune sweep --trainer sana --config"),
+    # --- plan: missing and wrong paths ------------------------------------------------------------
+    row("trainer-dir-missing", f"{P} --trainer-dir {{tmp}}/nope", "--trainer-dir", "no such directory", "LTX-2"),
+    row("trainer-dir-is-file", f"{P} --trainer-dir {{tmp}}/afile", "--trainer-dir", "is a file"),
+    row(
+        "trainer-dir-not-checkout",
+        f"{P} --trainer-dir {{tmp}}/empty-dir",
+        "not an LTX-2 checkout",
+        "packages/ltx-trainer",
+    ),
+    row("config-name-unknown", f"{PL} --config nope", "nope.yaml", "shipped configs", "--config NAME"),
+    row("config-file-missing", f"{P} --config {{tmp}}/missing.yaml", "--config", "missing.yaml", "no such file", "check the path"),
+    row("model-missing", f"{PL} --model {{tmp}}/no.safetensors", "--model", "no such file", ".safetensors"),
+    row("model-not-safetensors", f"{PL} --model {{tmp}}/models/model.bin", "--model", ".safetensors"),
+    row("model-url", f"{PL} --model https://hf.co/x.safetensors", "--model", "URL", "local path"),
+    row("text-encoder-missing", f"{PL} --text-encoder {{tmp}}/nope", "--text-encoder", "no such file"),
+    row("data-missing", f"{PL} --data {{tmp}}/nope", "--data", "no such directory", "process_dataset.py"),
+    row("data-not-preprocessed", f"{PL} --data {{tmp}}/models", "--data", "missing", "conditions/"),
+    row("output-dir-is-file", f"{PL} --output-dir {{tmp}}/afile", "--output-dir", "a file is in the way"),
+    row("paths-without-checkout", f"{P} --model {{tmp}}/x.safetensors", "--model", "--trainer-dir DIR"),
+    row("output-without-checkout", f"{P} -o {{tmp}}/plan.yaml", "-o", "--trainer-dir DIR"),
+    # --- plan: YAML content -------------------------------------------------------------------
+    row("yaml-bad-indent", f"{PR} {{tmp}}/indent.yaml", "indent.yaml:3:14", "YAML syntax error", "Fix the file"),
+    row("yaml-unclosed", f"{PR} {{tmp}}/unclosed.yaml", "unclosed.yaml:3:1", "YAML syntax error", "Fix the file"),
+    row("yaml-unknown-key", f"{PR} {{tmp}}/typo.yaml", "typo.yaml:2:3", "'optimization.stepz'", "did you mean 'steps'"),
+    row("yaml-unknown-section", f"{PR} {{tmp}}/unknown_section.yaml", "unknown_section.yaml:1:1", "optimisation"),
+    row("yaml-duplicate-key", f"{PR} {{tmp}}/dup.yaml", "dup.yaml:3:3", "duplicate key 'steps'", "line 2", "delete"),
+    row("yaml-python-tag", f"{PR} {{tmp}}/tag.yaml", "tag.yaml:1:15", "!!python/object/apply:os.system", "safe loader"),
+    row("yaml-not-a-mapping", f"{PR} {{tmp}}/list.yaml", "list.yaml", "mapping of sections", "found a list"),
+    row("yaml-not-utf8", f"{PR} {{tmp}}/latin1.yaml", "latin1.yaml", "not UTF-8", "save"),
+    row("yaml-is-a-directory", f"{PR} {{tmp}}/dir.yaml", "dir.yaml", "is a directory", "the YAML file itself"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ROWS, ids=[r.id for r in ROWS])
+def test_bad_input_exits_2_with_a_clear_message(
+    case: Row, world: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(world["{tmp}"])
+    argv = expand(case.argv, world)
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2, f"exit {rc}\nstdout: {out}\nstderr: {err}"
+    assert err.startswith("error: "), err
+    assert "Traceback" not in err and "internal error" not in err, err
+    for fragment in case.expect:
+        assert fragment in err, f"{fragment!r} not in: {err}"
+    assert not Path(world["{tmp}"], "pwned").exists()
+
+    rc = main(["--debug", *argv])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "Traceback (most recent call last)" in err and "error: " in err, err
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        r
+        for r in ROWS
+        if r.id in {"unknown-command", "vram-not-a-number", "yaml-bad-indent", "unknown-trainer"}
+    ],
+    ids=lambda r: r.id,
+)
+def test_bad_input_as_a_real_process(case: Row, world: dict[str, str]) -> None:
+    """What a user meets: ``python -m autotune ...`` exits 2 with one message, no traceback."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", *expand(case.argv, world)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=world["{tmp}"],
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    assert all(f in proc.stderr for f in case.expect), proc.stderr
+    assert proc.stdout == ""
