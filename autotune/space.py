@@ -1,0 +1,341 @@
+"""The search space: knobs, candidates, and the memory order between candidates.
+
+Every knob's values are ordered from memory-SAVING to memory-HUNGRY, so candidate
+A needs at least as much memory as B when each of A's knobs sits at or beyond B's
+position. That partial order is what lets one real OOM rule out a whole cone of
+candidates without running them (see ``autotune.strategy``).
+
+Knob files (``configs/knobs/<trainer>.yaml``) look like::
+
+    knobs:
+      - name: quantization
+        values: [int8-quanto, none]
+        extra_savers: [int4-quanto, int2-quanto]  # only with --allow-extra-savers; below every value
+      - name: optimizer
+        values: [adamw8bit, adamw]
+      - name: batch_size
+        type: int            # 1, 2, 4, ... up to --max-batch-size
+      - name: gradient_checkpointing
+        values: [true, false]
+    fidelity: {quantization: none, optimizer: adamw}
+
+Study params use the knob names; the string ``none`` stands for YAML null.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from autotune.errors import ConfigError
+from autotune.yamlconf import load_yaml
+
+#: A study param value: a string (``none`` for null), a bool, or an int (batch size).
+ParamValue = Union[str, bool, int]  # noqa: UP007 (a runtime alias: py3.10 needs Union)
+
+NONE = "none"
+
+
+def normalize_value(value: Any) -> ParamValue:
+    """The study's spelling of a knob value: YAML null becomes the string ``none``."""
+    if value is None:
+        return NONE
+    if isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ConfigError(f"knob value {value!r} is not a string, bool, int or null")
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """One point of the space: a value for every knob.
+
+    Equality and hashing ignore the order of the items, so a candidate rebuilt from
+    a study's params dict equals the one the strategy proposed. Build candidates with
+    ``Space.candidate`` (validated, knob-file order) or ``Candidate.from_params``.
+    """
+
+    items: tuple[tuple[str, ParamValue], ...]
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], *, space: Space | None = None) -> Candidate:
+        """A candidate from study params (``None`` read as ``none``); validated when ``space`` is given."""
+        if space is not None:
+            return space.candidate(params)
+        return cls(tuple((str(k), normalize_value(v)) for k, v in params.items()))
+
+    @property
+    def params(self) -> dict[str, ParamValue]:
+        """The study params: knob name -> value (``none`` for null)."""
+        return dict(self.items)
+
+    def get(self, name: str) -> ParamValue:
+        return self.params[name]
+
+    def replace(self, **changes: ParamValue) -> Candidate:
+        """The same candidate with some knobs changed (knob order kept)."""
+        unknown = set(changes) - {k for k, _ in self.items}
+        if unknown:
+            raise KeyError(f"unknown knobs {sorted(unknown)}")
+        return Candidate(tuple((k, changes.get(k, v)) for k, v in self.items))
+
+    def __post_init__(self) -> None:
+        # The type name keeps True apart from 1 (they hash alike in Python). Cached: the
+        # strategy hashes candidates thousands of times per call.
+        key = frozenset((k, type(v).__name__, v) for k, v in self.items)
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Candidate):
+            return NotImplemented
+        return self._hash == other._hash and self._key == other._key  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
+    def __str__(self) -> str:
+        return " ".join(f"{k}={_show(v)}" for k, v in self.items)
+
+    def __repr__(self) -> str:
+        return f"Candidate({self})"
+
+
+def _show(value: ParamValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob. ``values`` run saving -> hungry; an int knob (batch size) is ordered by number."""
+
+    name: str
+    values: tuple[ParamValue, ...]
+    is_int: bool = False
+    #: How many leading values are extra savers: each needs less memory than every regular
+    #: value, but they are not ordered among themselves (a knob file may list them in the
+    #: order to try them, e.g. int4 before int2), so no verdict crosses between two of them.
+    extra: int = 0
+
+    def coords(self, value: ParamValue) -> tuple[float, ...]:
+        """Coordinates whose component-wise order is the memory order of this knob's values."""
+        pos = self.position(value)
+        if self.is_int or self.extra == 0:
+            return (pos,)
+        i = int(pos)
+        if i < self.extra:
+            return (*(1.0 if j == i else 0.0 for j in range(self.extra)), 0.0)
+        return (*(1.0 for _ in range(self.extra)), float(i - self.extra + 1))
+
+    def position(self, value: ParamValue) -> float:
+        """Where ``value`` sits on the saving -> hungry scale (an int knob: the number itself)."""
+        if self.is_int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"knob {self.name}: {value!r} is not an integer")
+            return float(value)
+        try:
+            return float(self.values.index(value))
+        except ValueError:
+            known = ", ".join(_show(v) for v in self.values)
+            raise ConfigError(
+                f"knob {self.name}: value {_show(value)!r} is not one of {known}; "
+                "check the knob file or the baseline config"
+            ) from None
+
+
+def batch_sizes(max_batch_size: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to ``max_batch_size``, which is included even when not a power of two."""
+    if max_batch_size < 1:
+        raise ConfigError(f"--max-batch-size must be at least 1, got {max_batch_size}")
+    sizes = list(itertools.takewhile(lambda b: b <= max_batch_size, (2**i for i in itertools.count())))
+    if sizes[-1] != max_batch_size:
+        sizes.append(max_batch_size)
+    return tuple(sizes)
+
+
+class Space:
+    """The knobs of one sweep, and the grid of candidates they span."""
+
+    def __init__(
+        self,
+        knobs: Sequence[Knob],
+        *,
+        fidelity: Mapping[str, ParamValue] | None = None,
+        batch_knob: str | None = "batch_size",
+    ) -> None:
+        names = [k.name for k in knobs]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"knob names repeat: {names}")
+        if not knobs:
+            raise ConfigError("a knob file needs at least one knob")
+        self.knobs: tuple[Knob, ...] = tuple(knobs)
+        self._by_name = {k.name: k for k in self.knobs}
+        int_knobs = [k.name for k in self.knobs if k.is_int]
+        if batch_knob not in self._by_name:
+            batch_knob = int_knobs[0] if int_knobs else None
+        self.batch_knob: str | None = batch_knob
+        self.fidelity: dict[str, ParamValue] = {}
+        for name, value in (fidelity or {}).items():
+            if name not in self._by_name:
+                raise ConfigError(f"fidelity names unknown knob {name!r}; knobs: {', '.join(names)}")
+            v = normalize_value(value)
+            self._by_name[name].position(v)  # validates
+            self.fidelity[name] = v
+
+    # -- loading ---------------------------------------------------------------------------
+    @classmethod
+    def from_knob_file(cls, path: Path | str, *, max_batch_size: int, allow_extra_savers: bool) -> Space:
+        """Read ``configs/knobs/<trainer>.yaml``; errors name the file and the knob."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read knob file {path}: {exc.strerror or exc}") from None
+        return cls.from_text(
+            text, source=str(path), max_batch_size=max_batch_size, allow_extra_savers=allow_extra_savers
+        )
+
+    @classmethod
+    def from_text(
+        cls, text: str, *, source: str = "<knobs>", max_batch_size: int, allow_extra_savers: bool
+    ) -> Space:
+        data = load_yaml(text, source)
+        if not isinstance(data, dict) or not isinstance(data.get("knobs"), list):
+            raise ConfigError(f"{source}: expected a mapping with a 'knobs:' list")
+        knobs: list[Knob] = []
+        for i, raw in enumerate(data["knobs"]):
+            where = f"{source}: knobs[{i}]"
+            if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+                raise ConfigError(f"{where}: each knob needs a 'name'")
+            name = raw["name"]
+            unknown = set(raw) - {"name", "values", "extra_savers", "type"}
+            if unknown:
+                raise ConfigError(f"{where} ({name}): unknown keys {sorted(unknown)}")
+            if raw.get("type") == "int":
+                if "values" in raw:
+                    listed = sorted({_int_value(v, where) for v in raw["values"]})
+                    values: tuple[ParamValue, ...] = tuple(v for v in listed if v <= max_batch_size)
+                    if not values:
+                        raise ConfigError(
+                            f"{where} ({name}): no value is <= --max-batch-size {max_batch_size}"
+                        )
+                else:
+                    values = batch_sizes(max_batch_size)
+                knobs.append(Knob(name, values, is_int=True))
+                continue
+            if raw.get("type") not in (None, "choice"):
+                raise ConfigError(f"{where} ({name}): type must be 'int' or left out, got {raw['type']!r}")
+            if not isinstance(raw.get("values"), list) or not raw["values"]:
+                raise ConfigError(f"{where} ({name}): 'values' must be a non-empty list, saving -> hungry")
+            vals = [normalize_value(v) for v in raw["values"]]
+            extra = raw.get("extra_savers") or []
+            if not isinstance(extra, list):
+                raise ConfigError(f"{where} ({name}): 'extra_savers' must be a list")
+            if allow_extra_savers:
+                vals = [normalize_value(v) for v in extra] + vals
+            if len(set(map(repr, vals))) != len(vals):
+                raise ConfigError(f"{where} ({name}): values repeat: {vals}")
+            knobs.append(Knob(name, tuple(vals), extra=len(extra) if allow_extra_savers else 0))
+        fidelity = data.get("fidelity") or {}
+        if not isinstance(fidelity, dict):
+            raise ConfigError(f"{source}: 'fidelity' must be a mapping of knob -> preferred value")
+        return cls(knobs, fidelity=fidelity)
+
+    # -- candidates ------------------------------------------------------------------------
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.knobs)
+
+    def knob(self, name: str) -> Knob:
+        return self._by_name[name]
+
+    def candidate(self, params: Mapping[str, Any]) -> Candidate:
+        """A validated candidate in knob-file order; missing, unknown or invalid knobs are errors."""
+        missing = [n for n in self.names if n not in params]
+        unknown = [n for n in params if n not in self._by_name]
+        if missing or unknown:
+            raise ConfigError(
+                f"params {dict(params)} do not match the knobs {list(self.names)}"
+                + (f"; missing {missing}" if missing else "")
+                + (f"; unknown {unknown}" if unknown else "")
+            )
+        items = []
+        for knob in self.knobs:
+            value = normalize_value(params[knob.name])
+            knob.position(value)  # validates
+            items.append((knob.name, value))
+        return Candidate(tuple(items))
+
+    def __iter__(self) -> Iterator[Candidate]:
+        """Every candidate of the grid, in knob-file order (the last knob varies fastest)."""
+        for combo in itertools.product(*(k.values for k in self.knobs)):
+            yield Candidate(tuple(zip(self.names, combo, strict=True)))
+
+    def __len__(self) -> int:
+        n = 1
+        for k in self.knobs:
+            n *= len(k.values)
+        return n
+
+    def __contains__(self, candidate: object) -> bool:
+        if not isinstance(candidate, Candidate):
+            return False
+        p = candidate.params
+        return set(p) == set(self.names) and all(p[k.name] in k.values for k in self.knobs)
+
+    def positions(self, candidate: Candidate) -> tuple[float, ...]:
+        """Coordinates of the memory order: ``a`` needs >= ``b`` when every coordinate is >=."""
+        p = candidate.params
+        return tuple(x for k in self.knobs for x in k.coords(p[k.name]))
+
+    def needs_at_least(self, a: Candidate, b: Candidate) -> bool:
+        """True when ``a`` is at or beyond ``b`` in every knob, so ``a`` needs >= ``b``'s memory."""
+        return all(x >= y for x, y in zip(self.positions(a), self.positions(b), strict=True))
+
+    # -- families: every knob but the batch size ---------------------------------------------
+    def batch(self, candidate: Candidate) -> int:
+        """The candidate's batch size (1 when the space has no batch knob)."""
+        if self.batch_knob is None:
+            return 1
+        value = candidate.params[self.batch_knob]
+        assert isinstance(value, int)
+        return value
+
+    def batch_values(self) -> tuple[int, ...]:
+        if self.batch_knob is None:
+            return (1,)
+        return tuple(int(v) for v in self.knob(self.batch_knob).values)
+
+    def family(self, candidate: Candidate) -> Candidate:
+        """The candidate without its batch size: memory is close to affine in batch within a family."""
+        return Candidate(tuple((k, v) for k, v in candidate.items if k != self.batch_knob))
+
+    def with_batch(self, family: Candidate, batch: int) -> Candidate:
+        if self.batch_knob is None:
+            return family
+        values = dict(family.items)
+        values[self.batch_knob] = batch
+        return Candidate(tuple((n, values[n]) for n in self.names))
+
+    def families(self) -> list[Candidate]:
+        seen: dict[Candidate, None] = {}
+        for c in self:
+            seen.setdefault(self.family(c), None)
+        return list(seen)
+
+    def fidelity_score(self, candidate: Candidate) -> int:
+        """How many knobs sit at their preferred (higher-fidelity) value: near-ties go to the higher."""
+        p = candidate.params
+        return sum(1 for name, value in self.fidelity.items() if p.get(name) == value)
+
+
+def _int_value(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: batch sizes must be positive integers, got {value!r}")
+    return value

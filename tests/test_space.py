@@ -1,0 +1,225 @@
+"""Knob files, candidates and the memory order (autotune.space)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import ConfigError, UsageError
+from autotune.space import Candidate, Space, batch_sizes
+from tests.fakes.landscape import KNOBS_YAML
+
+
+def space(max_batch_size: int = 16, extra: bool = False) -> Space:
+    return Space.from_text(KNOBS_YAML, max_batch_size=max_batch_size, allow_extra_savers=extra)
+
+
+def cand(q: str = "int8-quanto", o: str = "adamw8bit", b: int = 1, gc: bool = True) -> Candidate:
+    return space(32).candidate(
+        {"quantization": q, "optimizer": o, "batch_size": b, "gradient_checkpointing": gc}
+    )
+
+
+@pytest.mark.parametrize(
+    ("max_batch", "expected"),
+    [(1, (1,)), (2, (1, 2)), (6, (1, 2, 4, 6)), (16, (1, 2, 4, 8, 16)), (24, (1, 2, 4, 8, 16, 24))],
+)
+def test_batch_sizes_double_and_keep_a_non_power_of_two_max(
+    max_batch: int, expected: tuple[int, ...]
+) -> None:
+    assert batch_sizes(max_batch) == expected
+
+
+def test_batch_sizes_reject_zero() -> None:
+    with pytest.raises(UsageError, match="max-batch-size"):
+        batch_sizes(0)
+
+
+def test_knob_file_loads_saving_to_hungry(tmp_path: Path) -> None:
+    path = tmp_path / "knobs.yaml"
+    path.write_text(KNOBS_YAML)
+    s = Space.from_knob_file(path, max_batch_size=8, allow_extra_savers=False)
+    assert s.names == ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
+    assert s.knob("quantization").values == ("int8-quanto", "none")
+    assert s.knob("batch_size").values == (1, 2, 4, 8)
+    assert s.knob("gradient_checkpointing").values == (True, False)
+    assert s.batch_knob == "batch_size"
+    assert len(s) == 2 * 2 * 4 * 2 == len(list(s))
+    assert s.fidelity == {"quantization": "none", "optimizer": "adamw"}
+
+
+def test_extra_savers_only_when_allowed_and_placed_before_values() -> None:
+    assert space(extra=False).knob("quantization").values == ("int8-quanto", "none")
+    assert space(extra=True).knob("quantization").values == (
+        "int4-quanto",
+        "int2-quanto",
+        "int8-quanto",
+        "none",
+    )
+
+
+def test_extra_savers_are_below_every_value_but_unordered_among_themselves() -> None:
+    """A knob file may list them in the order to try (int4 before int2): no verdict crosses between them."""
+    s = Space.from_text(KNOBS_YAML, max_batch_size=8, allow_extra_savers=True)
+
+    def c(q: str) -> Candidate:
+        return s.candidate(
+            {"quantization": q, "optimizer": "adamw8bit", "batch_size": 2, "gradient_checkpointing": True}
+        )
+
+    for extra in ("int4-quanto", "int2-quanto"):
+        for regular in ("int8-quanto", "none"):
+            assert s.needs_at_least(c(regular), c(extra)) and not s.needs_at_least(c(extra), c(regular))
+        assert s.needs_at_least(c(extra), c(extra))
+    assert not s.needs_at_least(c("int2-quanto"), c("int4-quanto"))
+    assert not s.needs_at_least(c("int4-quanto"), c("int2-quanto"))
+
+
+def test_yaml_null_is_the_string_none() -> None:
+    s = Space.from_text(
+        "knobs:\n  - name: quantization\n    values: [int8-quanto, null]\n",
+        max_batch_size=1,
+        allow_extra_savers=False,
+    )
+    assert s.knob("quantization").values == ("int8-quanto", "none")
+    assert s.batch_knob is None
+    assert s.candidate({"quantization": None}).params == {"quantization": "none"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("knobs: 3\n", "knobs:' list"),
+        ("knobs:\n  - values: [a]\n", "needs a 'name'"),
+        ("knobs:\n  - name: q\n    values: []\n", "non-empty list"),
+        ("knobs:\n  - name: q\n    values: [a, a]\n", "values repeat"),
+        ("knobs:\n  - name: q\n    values: [a]\n    colour: red\n", "unknown keys"),
+        ("knobs:\n  - name: q\n    values: [a]\nfidelity: {z: a}\n", "unknown knob 'z'"),
+        ("knobs:\n  - name: q\n    values: [a]\nfidelity: {q: b}\n", "not one of a"),
+        ("knobs:\n  - name: b\n    type: int\n    values: [64]\n", "no value is <= --max-batch-size"),
+        ("knobs:\n  - name: q\n    type: float\n    values: [1]\n", "type must be 'int'"),
+    ],
+)
+def test_bad_knob_files_say_what_and_where(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        Space.from_text(text, source="knobs.yaml", max_batch_size=8, allow_extra_savers=False)
+    assert "knobs.yaml" in str(info.value) or "fidelity" in str(info.value) or "value" in str(info.value)
+
+
+def test_missing_knob_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read knob file"):
+        Space.from_knob_file(tmp_path / "nope.yaml", max_batch_size=4, allow_extra_savers=False)
+
+
+def test_candidate_is_frozen_hashable_and_order_insensitive() -> None:
+    a = cand(b=4)
+    b = Candidate.from_params(
+        {
+            "batch_size": 4,
+            "gradient_checkpointing": True,
+            "optimizer": "adamw8bit",
+            "quantization": "int8-quanto",
+        }
+    )
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert list(a.params) == ["quantization", "optimizer", "batch_size", "gradient_checkpointing"]
+    assert Candidate.from_params(b.params, space=space()) == a
+    with pytest.raises(AttributeError):
+        a.items = ()  # type: ignore[misc]
+
+
+def test_true_and_one_are_different_values() -> None:
+    assert Candidate.from_params({"x": True}) != Candidate.from_params({"x": 1})
+
+
+def test_none_param_reads_as_the_string_none() -> None:
+    c = Candidate.from_params(
+        {"quantization": None, "optimizer": "adamw", "batch_size": 1, "gradient_checkpointing": True},
+        space=space(),
+    )
+    assert c.params["quantization"] == "none"
+    assert str(c) == "quantization=none optimizer=adamw batch_size=1 gradient_checkpointing=true"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"quantization": "int3", "optimizer": "adamw", "batch_size": 1, "gradient_checkpointing": True},
+            "int3",
+        ),
+        ({"quantization": "none", "optimizer": "adamw", "batch_size": 1}, "missing"),
+        (
+            {
+                "quantization": "none",
+                "optimizer": "adamw",
+                "batch_size": 1,
+                "gradient_checkpointing": True,
+                "lr": 1,
+            },
+            "unknown",
+        ),
+        (
+            {
+                "quantization": "none",
+                "optimizer": "adamw",
+                "batch_size": "big",
+                "gradient_checkpointing": True,
+            },
+            "not an integer",
+        ),
+    ],
+)
+def test_invalid_params_are_named(params: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        space().candidate(params)
+
+
+# (a, b, a needs at least as much memory as b)
+NEEDS = [
+    (cand(), cand(), True),
+    (cand(b=2), cand(b=1), True),
+    (cand(b=1), cand(b=2), False),
+    (cand(q="none"), cand(), True),
+    (cand(o="adamw", gc=False, b=4), cand(b=2), True),
+    (cand(q="none", b=1), cand(q="int8-quanto", b=2), False),  # hungrier in one knob, saving in another
+    (cand(gc=False, b=1), cand(gc=True, b=8), False),
+    (cand(q="none", o="adamw", b=32, gc=False), cand(), True),
+    (cand(b=12), cand(b=8), True),  # batch sizes compare by number, not by list position
+]
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), NEEDS)
+def test_needs_at_least(a: Candidate, b: Candidate, expected: bool) -> None:
+    assert space(32).needs_at_least(a, b) is expected
+
+
+def test_family_drops_only_the_batch() -> None:
+    s = space()
+    fam = s.family(cand(b=8))
+    assert fam == s.family(cand(b=1))
+    assert "batch_size" not in fam.params
+    assert s.with_batch(fam, 4) == cand(b=4)
+    assert len(s.families()) == 8
+    assert s.batch(cand(b=8)) == 8
+
+
+@pytest.mark.parametrize(
+    ("candidate", "score"),
+    [(cand(), 0), (cand(q="none"), 1), (cand(o="adamw"), 1), (cand(q="none", o="adamw", gc=False), 2)],
+)
+def test_fidelity_score(candidate: Candidate, score: int) -> None:
+    assert space().fidelity_score(candidate) == score
+
+
+def test_every_shipped_knob_file_loads() -> None:
+    knob_dir = Path(__file__).resolve().parent.parent / "configs" / "knobs"
+    files = sorted(knob_dir.glob("*.yaml"))
+    if not files:
+        pytest.skip("configs/knobs/ has not landed yet")
+    for path in files:
+        for extra in (False, True):
+            s = Space.from_knob_file(path, max_batch_size=16, allow_extra_savers=extra)
+            assert len(list(s)) == len(s) > 0, path
+            assert s.families(), path

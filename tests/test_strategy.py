@@ -1,0 +1,331 @@
+"""The search brain (autotune.strategy): dominance tables, and whole searches on simulated landscapes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autotune.space import Candidate, Space
+from autotune.strategy import Observation, Strategy
+from tests.conftest import FAKES
+from tests.fakes.landscape import KNOBS_YAML, Landscape, generate, suite
+
+CARD = 80.0
+HEADROOM = 0.1  # fit line: 72 GB
+
+
+def space(max_batch_size: int = 16, extra: bool = False) -> Space:
+    return Space.from_text(KNOBS_YAML, max_batch_size=max_batch_size, allow_extra_savers=extra)
+
+
+def cand(q: str = "int8-quanto", o: str = "adamw8bit", b: int = 1, gc: bool = True) -> Candidate:
+    return space(32, extra=True).candidate(
+        {"quantization": q, "optimizer": o, "batch_size": b, "gradient_checkpointing": gc}
+    )
+
+
+def strategy(baseline: Candidate | None = None, extra: bool = False, max_batch: int = 16) -> Strategy:
+    return Strategy(space(max_batch, extra), baseline or cand(), CARD, HEADROOM)
+
+
+def ok(c: Candidate, sps: float, peak: float, spread: float = 0.01) -> Observation:
+    return Observation(c, "ok", sps, peak, None, spread)
+
+
+def oom(c: Candidate) -> Observation:
+    return Observation(c, "oom")
+
+
+# -- dominance, table-driven -----------------------------------------------------------------
+# (history, candidate, expected verdict kind or None)
+DOMINANCE = [
+    ([oom(cand(b=4))], cand(b=8), "oom"),
+    ([oom(cand(b=4))], cand(b=4, q="none", o="adamw", gc=False), "oom"),
+    ([oom(cand(b=4))], cand(b=2), None),
+    ([oom(cand(b=4))], cand(b=8, q="int2-quanto"), None),  # more saving in one knob: not dominated
+    ([oom(cand(b=2, q="int4-quanto"))], cand(b=2, q="int2-quanto"), None),  # extra savers: unordered
+    ([oom(cand(b=2, q="int4-quanto"))], cand(b=2, q="int8-quanto"), "oom"),
+    ([oom(cand(q="none", b=2))], cand(q="int8-quanto", b=16), None),
+    ([ok(cand(b=4), 1.0, 75.0)], cand(b=8), "over_headroom"),  # measured peak over the 72 GB line
+    ([ok(cand(b=4), 1.0, 70.0)], cand(b=8), None),  # under the line: proves nothing hungrier fails
+    ([ok(cand(b=4), 1.0, 75.0), oom(cand(b=8))], cand(b=16), "oom"),  # an OOM outranks headroom
+    ([Observation(cand(b=2), "nan", None, 76.0, False, None)], cand(b=4), "over_headroom"),
+    ([Observation(cand(b=2), "crash"), Observation(cand(b=2), "crash")], cand(b=4), "failed"),
+    ([Observation(cand(b=2), "crash")], cand(b=4), None),  # one crash may be transient
+    ([Observation(cand(b=2), "timeout")], cand(b=4, gc=False), None),  # not a memory verdict
+    ([Observation(cand(b=4), None), oom(cand(b=2))], cand(b=4), None),  # running elsewhere: no verdict
+]
+
+
+@pytest.mark.parametrize(("history", "candidate", "kind"), DOMINANCE)
+def test_dominance_verdicts(history: list[Observation], candidate: Candidate, kind: str | None) -> None:
+    s = strategy(extra=True)
+    verdicts = {v.candidate: v for v in s.ruled_out(history)}
+    if kind is None:
+        assert candidate not in verdicts
+        return
+    verdict = verdicts[candidate]
+    assert verdict.kind == kind
+    assert verdict.by and all(b in {o.candidate for o in history} for b in verdict.by)
+    if kind == "oom":
+        assert "ran out of device memory" in verdict.reason
+    if kind == "over_headroom":
+        assert (
+            "over the headroom line 72.0 GB" in verdict.reason
+            and "out of device memory" not in verdict.reason
+        )
+
+
+def test_measured_candidates_get_no_verdict() -> None:
+    s = strategy()
+    history = [oom(cand(b=4)), ok(cand(b=8), 1.0, 70.0)]  # contradictory, as noise can be
+    assert cand(b=8) not in {v.candidate for v in s.ruled_out(history)}
+    assert cand(b=4) not in {v.candidate for v in s.ruled_out(history)}
+
+
+def test_fit_below_a_measured_fit_is_known_but_still_measured_when_it_could_win() -> None:
+    s = strategy()
+    history = [ok(cand(b=1), 1.0, 30.0), ok(cand(b=4, o="adamw"), 1.05, 50.0)]
+    assert s.fits_by_dominance(history, cand(b=2)) == [cand(b=4, o="adamw")]
+    assert s.fits_by_dominance(history, cand(b=8)) == []
+    assert cand(b=2) in s.could_win(history)  # no speed bound says b=2 cannot beat 1.05
+
+
+# -- best and near-ties -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [
+        ([ok(cand(b=1), 1.00, 30), ok(cand(b=2), 1.10, 40)], cand(b=2)),
+        # within noise: the higher-fidelity candidate (full AdamW) wins the tie
+        ([ok(cand(b=2), 1.10, 40), ok(cand(b=2, o="adamw"), 1.09, 41)], cand(b=2, o="adamw")),
+        # out of noise: speed wins
+        ([ok(cand(b=2), 1.10, 40), ok(cand(b=2, o="adamw"), 1.00, 41)], cand(b=2)),
+        # a wide measured spread widens the tie
+        ([ok(cand(b=2), 1.10, 40, 0.06), ok(cand(b=2, q="none"), 1.05, 60)], cand(b=2, q="none")),
+        # over headroom and NaN never win
+        ([ok(cand(b=1), 1.0, 30), ok(cand(b=8), 2.0, 75)], cand(b=1)),
+        ([ok(cand(b=1), 1.0, 30), Observation(cand(b=2), "nan", 2.0, 40)], cand(b=1)),
+        ([oom(cand(b=1))], None),
+    ],
+)
+def test_best(history: list[Observation], expected: Candidate | None) -> None:
+    best = strategy().best(history)
+    assert (best.candidate if best else None) == expected
+
+
+# -- the order of work --------------------------------------------------------------------------
+def test_baseline_first_then_never_again() -> None:
+    s = strategy(baseline=cand(q="none", o="adamw"))
+    assert s.next_candidate([]) == cand(q="none", o="adamw")
+    nxt = s.next_candidate([ok(cand(q="none", o="adamw"), 1.0, 50)])
+    assert nxt is not None and nxt != cand(q="none", o="adamw")
+
+
+@pytest.mark.parametrize("outcome", ["crash", "config_error", "timeout", "host_oom"])
+def test_baseline_failing_for_another_reason_stops_the_search(outcome: str) -> None:
+    assert strategy().next_candidate([Observation(cand(), outcome)]) is None
+
+
+def test_interrupted_baseline_is_run_again() -> None:
+    assert strategy().next_candidate([Observation(cand(), "interrupted")]) == cand()
+
+
+def test_baseline_oom_leaves_only_extra_savers() -> None:
+    s = strategy(extra=True)
+    history = [oom(cand())]
+    proposed = []
+    while (c := s.next_candidate(history)) is not None:
+        proposed.append(c)
+        history.append(oom(c))
+        assert len(proposed) < 50
+    assert proposed and all(c.params["quantization"] in ("int2-quanto", "int4-quanto") for c in proposed)
+    assert strategy(extra=False).next_candidate([oom(cand())]) is None
+
+
+def test_running_elsewhere_is_never_proposed() -> None:
+    s = strategy()
+    history = [ok(cand(), 1.0, 30.0)]
+    first = s.next_candidate(history)
+    assert first is not None
+    history.append(Observation(first, None))
+    second = s.next_candidate(history)
+    assert second not in (first, None)
+    # the baseline itself running elsewhere: the search goes on around it
+    assert s.next_candidate([Observation(cand(), None)]) not in (cand(), None)
+
+
+def test_resume_gives_the_same_next_candidate() -> None:
+    land = generate(26)
+    history = run_search(land, stop_after=5).history
+    a = make_strategy(land).next_candidate(history)
+    b = make_strategy(land).next_candidate(list(history))
+    c = make_strategy(land).next_candidate(history)
+    assert a == b == c and a is not None
+
+
+@pytest.mark.parametrize("outcome", ["crash", "timeout", "stalled", "config_error", "interrupted"])
+def test_non_oom_failures_are_not_retried_forever(outcome: str) -> None:
+    """Every int8 candidate fails: the search still ends, retrying each at most a few times."""
+    land = generate(26)
+    result = run_search(land, fail=lambda c: c.params["quantization"] == "int8-quanto", fail_as=outcome)
+    counts = Counter(o.candidate for o in result.history if o.outcome == outcome)
+    assert counts, "the scenario must exercise failures"
+    assert max(counts.values()) <= (5 if outcome == "interrupted" else 2)
+    assert result.best is not None and result.best.candidate.params["quantization"] == "none"
+
+
+def test_next_candidate_is_fast_with_100_observations() -> None:
+    s = Space.from_text(KNOBS_YAML, max_batch_size=32, allow_extra_savers=True)
+    land = generate(7)
+    history = []
+    for c in list(s)[:100]:
+        r = land.simulate(c.params)
+        history.append(Observation(c, r.outcome, r.samples_per_s, r.peak_vram_gb, None, r.spread))
+    strat = Strategy(s, s.candidate(land.baseline), land.card_gb, land.headroom)
+    start = time.perf_counter()
+    for _ in range(5):
+        strat.next_candidate(history)
+    per_call = (time.perf_counter() - start) / 5
+    print(f"next_candidate with 100 observations, grid {len(s)}: {per_call * 1000:.1f} ms")
+    assert per_call < 0.25  # aim: well under 50 ms; generous for a loaded CI machine
+
+
+# -- whole searches on simulated landscapes ------------------------------------------------------
+@dataclass
+class SearchResult:
+    history: list[Observation]
+    best: Observation | None
+    found: bool
+    trials: int
+    grid: int
+
+
+def make_strategy(land: Landscape) -> Strategy:
+    s = Space.from_text(
+        KNOBS_YAML, max_batch_size=land.max_batch_size, allow_extra_savers=land.allow_extra_savers
+    )
+    return Strategy(s, s.candidate(land.baseline), land.card_gb, land.headroom)
+
+
+def run_search(
+    land: Landscape,
+    *,
+    stop_after: int | None = None,
+    fail: object = None,
+    fail_as: str = "crash",
+) -> SearchResult:
+    """The in-process loop: next_candidate -> simulate -> observe, checking dominance at every step."""
+    strat = make_strategy(land)
+    history: list[Observation] = []
+    while stop_after is None or len(history) < stop_after:
+        c = strat.next_candidate(history)
+        if c is None:
+            break
+        ruled = {v.candidate for v in strat.ruled_out(history)}
+        assert c not in ruled, f"{land.name}: proposed {c}, which dominance already ruled out"
+        retryable = (None, "interrupted", "crash", "timeout", "stalled", "host_oom")
+        finished = {o.candidate for o in history if o.outcome not in retryable}
+        assert c not in finished, f"{land.name}: proposed {c} again"
+        if callable(fail) and fail(c):
+            history.append(Observation(c, fail_as))
+        else:
+            r = land.simulate(c.params, run=len(history))
+            history.append(Observation(c, r.outcome, r.samples_per_s, r.peak_vram_gb, None, r.spread))
+        assert len(history) <= len(land.grid()) * 3, f"{land.name}: the search does not end"
+    best = strat.best(history)
+    truth = land.true_best()
+    if truth is None:
+        found = best is None
+    else:
+        found = (
+            best is not None
+            and land.fits(best.candidate.params)
+            and (land.samples_per_s(best.candidate.params) >= 0.97 * truth[1])
+        )
+    return SearchResult(history, best, found, len(history), len(land.grid()))
+
+
+def test_search_finds_the_true_best_on_simulated_landscapes_at_a_fraction_of_the_grid() -> None:
+    lands = suite(60)
+    results = [run_search(land) for land in lands]
+    found = sum(r.found for r in results)
+    ratios = [r.trials / r.grid for r in results]
+    mean_ratio = sum(ratios) / len(ratios)
+    worst = max(range(len(results)), key=lambda i: ratios[i])
+    tiers = Counter(land.tier for land in lands)
+    print(
+        f"\nstrategy on {len(lands)} landscapes {dict(tiers)}: true best found (within 3 %) in {found}/{len(lands)}; "
+        f"trials {sum(r.trials for r in results)} vs grid {sum(r.grid for r in results)}; "
+        f"mean {mean_ratio:.1%} of the grid, worst {ratios[worst]:.1%} ({lands[worst].name}, "
+        f"{results[worst].trials}/{results[worst].grid})"
+    )
+    missed = [land.name for land, r in zip(lands, results, strict=True) if not r.found]
+    assert found >= 0.95 * len(lands), f"missed the true best on {missed}"
+    assert mean_ratio <= 0.30
+
+
+def test_sim_trainer_prints_ltx2_statistics_or_a_cuda_oom(tmp_path: Path) -> None:
+    land = generate(26)
+    spec = tmp_path / "landscape.json"
+    spec.write_text(land.to_json())
+    fits = {"quantization": "none", "optimizer": "adamw", "batch_size": 2, "gradient_checkpointing": True}
+    config = tmp_path / "trial.yaml"
+    config.write_text(
+        "acceleration:\n  quantization: null\noptimization:\n  optimizer_type: adamw\n  batch_size: 2\n"
+        "  enable_gradient_checkpointing: true\n  steps: 40\n"
+    )
+    metrics = tmp_path / "metrics.json"
+    env = {"AUTOTUNE_METRICS_FILE": str(metrics), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(FAKES / "sim_trainer.py"),
+            "--landscape",
+            str(spec),
+            "--config",
+            str(config),
+            "--disable-progress-bars",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Step 40/40 - Loss:" in run.stdout and "📊 Training Statistics:" in run.stdout
+    assert f" - Peak GPU memory: {land.peak_gb(fits):.2f} GB" in run.stdout
+    data = json.loads(metrics.read_text())
+    assert data["simulated_seconds"] > land.load_s * 0.9  # the model load is paid, in simulated time
+    assert abs(data["samples_per_s"] - land.samples_per_s(fits)) / land.samples_per_s(fits) < 0.1
+
+    too_big = [
+        "--param",
+        "quantization=none",
+        "--param",
+        "optimizer=adamw",
+        "--param",
+        "batch_size=8",
+        "--param",
+        "gradient_checkpointing=false",
+    ]
+    assert land.ooms(
+        {"quantization": "none", "optimizer": "adamw", "batch_size": 8, "gradient_checkpointing": False}
+    )
+    run = subprocess.run(
+        [sys.executable, str(FAKES / "sim_trainer.py"), "--landscape", str(spec), *too_big],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in run.stderr
+    assert "Training Statistics" not in run.stdout
