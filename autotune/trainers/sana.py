@@ -31,7 +31,7 @@ import yaml
 
 from autotune.errors import ConfigError, UsageError
 from autotune.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.launch import LaunchSpec
+from autotune.launch import LaunchSpec, redacted_env
 from autotune.metrics import TrialMetrics
 from autotune.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
@@ -253,7 +253,12 @@ class SanaAdapter(TrainerAdapter):
         argv = self._argv(record, args, max(1, baseline.num_gpus))
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "config.yaml").write_text(
-            yaml.safe_dump({**record, "args": args, "argv": argv}, sort_keys=False, width=10**6),
+            # A record for people; the env goes to the trainer only (a hub token must not reach the disk).
+            yaml.safe_dump(
+                {**record, "env": redacted_env(record["env"]), "args": args, "argv": argv},
+                sort_keys=False,
+                width=10**6,
+            ),
             encoding="utf-8",
         )
         (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
