@@ -51,8 +51,19 @@ output_dir: "outputs/run"
 """
 
 
+@pytest.fixture(scope="module")
+def study_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Optuna study database with one study, ``s1``, for the commands that read one."""
+    import optuna
+
+    db = tmp_path_factory.mktemp("db") / "studies.db"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.create_study(storage=f"sqlite:///{db}", study_name="s1")
+    return db
+
+
 @pytest.fixture
-def world(tmp_path: Path) -> dict[str, str]:
+def world(tmp_path: Path, study_db: Path) -> dict[str, str]:
     """The files the rows point at; returns the placeholder -> path map."""
     files = {
         # A stray indent on line 3: the parser reports 3:14.
@@ -80,7 +91,7 @@ def world(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "ltx-2.safetensors").write_bytes(b"\0")
     (tmp_path / "models" / "model.bin").write_bytes(b"\0")
-    return {"{tmp}": str(tmp_path), "{ltx2}": str(tmp_path / "LTX-2")}
+    return {"{tmp}": str(tmp_path), "{ltx2}": str(tmp_path / "LTX-2"), "{db}": f"sqlite:///{study_db}"}
 
 
 def expand(argv: tuple[str, ...], subs: dict[str, str]) -> list[str]:
@@ -145,6 +156,15 @@ ROWS: list[Row] = [
     row("yaml-python-tag", f"{PR} {{tmp}}/tag.yaml", "tag.yaml:1:15", "!!python/object/apply:os.system", "safe loader"),
     row("yaml-not-a-mapping", f"{PR} {{tmp}}/list.yaml", "list.yaml", "mapping of sections", "found a list"),
     row("yaml-not-utf8", f"{PR} {{tmp}}/latin1.yaml", "latin1.yaml", "not UTF-8", "save"),
+    # --- report ---------------------------------------------------------------------------------
+    row("report-format", "report --format pdf", "--format", "invalid choice: 'pdf'", "md"),
+    row("report-storage-not-url", "report --storage notaurl", "--storage", "not a database URL", "sqlite:///"),
+    row("report-storage-unknown-kind", "report --storage foo://x", "unknown database kind 'foo'", "sqlite:///"),
+    row("report-storage-password-hidden", "report --storage foo://u:hunter2@h/db", "u:***@h"),
+    row("report-no-database", "report --workdir {tmp}/nope", "no study database", "autotune sweep"),
+    row("report-study-unknown", "report --storage {db} --study nope", "no study named 'nope'", "s1"),
+    row("report-study-path", "report --storage {db} --study ../s1", "no study named '../s1'", "s1"),
+    row("report-study-missing-value", "report --study", "--study", "expected one argument"),
     row("yaml-is-a-directory", f"{PR} {{tmp}}/dir.yaml", "dir.yaml", "is a directory", "the YAML file itself"),
 ]  # fmt: skip
 
@@ -163,6 +183,7 @@ def test_bad_input_exits_2_with_a_clear_message(
     for fragment in case.expect:
         assert fragment in err, f"{fragment!r} not in: {err}"
     assert not Path(world["{tmp}"], "pwned").exists()
+    assert "hunter2" not in err
 
     rc = main(["--debug", *argv])
     _, err = capsys.readouterr()
