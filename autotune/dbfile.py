@@ -52,26 +52,19 @@ def check_sqlite_file(path: Path) -> None:
             f"{path} is not an SQLite database (its first bytes are {head[:16]!r}), so it is not an "
             f"autotune study; {_WAY_OUT}"
         )
+    wal = path.with_name(path.name + "-wal")
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=30)
+        tables, version = _inspect(path, immutable=not wal.exists())
     except sqlite3.Error as exc:
-        raise StorageError(f"cannot open the study database {path}: {exc}") from None
-    try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        ok = conn.execute("PRAGMA quick_check").fetchone()
-        if ok is None or ok[0] != "ok":
-            raise sqlite3.DatabaseError(f"quick_check says {ok[0] if ok else 'nothing'}")
-        version = None
-        if "alembic_version" in tables:
-            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-            version = str(row[0]) if row else None
-    except sqlite3.Error as exc:
-        raise StorageError(
-            f"the study database {path} is damaged ({exc}); a copy in a backup may still be whole. "
-            f"{_WAY_OUT[0].upper()}{_WAY_OUT[1:]}"
-        ) from None
-    finally:
-        conn.close()
+        try:  # a writer may have opened it meanwhile: look again the way live readers do
+            if not wal.exists():
+                raise
+            tables, version = _inspect(path, immutable=False)
+        except sqlite3.Error:
+            raise StorageError(
+                f"the study database {path} is damaged ({exc}); a copy in a backup may still be "
+                f"whole. {_WAY_OUT[0].upper()}{_WAY_OUT[1:]}"
+            ) from None
     if tables and not tables >= OPTUNA_CORE_TABLES:
         listed = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
         raise StorageError(
@@ -86,6 +79,28 @@ def check_sqlite_file(path: Path) -> None:
             f"{path} was written by a newer Optuna (schema {version}; Optuna {optuna.__version__} here "
             f"knows up to {max(known)}): upgrade Optuna (pip install -U optuna) to read it; {_WAY_OUT}"
         )
+
+
+def _inspect(path: Path, *, immutable: bool) -> tuple[set[str], str | None]:
+    """(table names, Optuna schema revision) read without writing anything.
+
+    ``immutable=1`` when no writer has the file open in WAL mode (no ``-wal`` beside it):
+    even a read-only connection would otherwise leave ``-wal``/``-shm`` files behind.
+    """
+    mode = "immutable=1" if immutable else "mode=ro"
+    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?{mode}", uri=True, timeout=30)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        ok = conn.execute("PRAGMA quick_check").fetchone()
+        if ok is None or ok[0] != "ok":
+            raise sqlite3.DatabaseError(f"quick_check says {ok[0] if ok else 'nothing'}")
+        version = None
+        if "alembic_version" in tables:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+            version = str(row[0]) if row else None
+        return tables, version
+    finally:
+        conn.close()
 
 
 @functools.lru_cache(maxsize=1)

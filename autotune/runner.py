@@ -141,14 +141,19 @@ def run_trial(
     try:
         return _Trial(spec, trial_dir, limits, monitor or ResourceMonitor(), stop, on_output).run()
     except OSError as exc:  # Popen's own errors are LaunchError; this is the folder
-        where = Path(exc.filename) if exc.filename else trial_dir
-        raise TrialOutputError(
-            f"cannot write the trial folder {where}: {exc.strerror or exc}; the trial was ended. "
-            "Make room on that disk (or make it writable), or pick another --workdir, then run the "
-            "same command again: the sweep resumes and runs this trial again",
-            where,
-            exc.errno,
-        ) from exc
+        raise output_error(exc, trial_dir) from exc
+
+
+def output_error(exc: OSError, trial_dir: Path) -> TrialOutputError:
+    """The ``TrialOutputError`` for an ``OSError`` met while writing ``trial_dir`` (names the file)."""
+    where = Path(exc.filename) if exc.filename else Path(trial_dir)
+    return TrialOutputError(
+        f"cannot write the trial folder {where}: {exc.strerror or exc}; the trial was ended. "
+        "Make room on that disk (or make it writable), or pick another --workdir, then run the "
+        "same command again: the sweep resumes and runs this trial again",
+        where,
+        exc.errno,
+    )
 
 
 def end_orphaned_trial(trial_dir: Path, *, grace_s: float = 5.0) -> list[int]:

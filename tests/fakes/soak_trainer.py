@@ -5,8 +5,8 @@ Usage (through the ``command`` adapter's template)::
     python soak_trainer.py {quantization} {optimizer} {batch_size} {gradient_checkpointing}
 
 Memory is tiny and throughput grows with every knob, so every candidate fits and may
-win: a sweep over it runs as many trials as ``--max-trials`` allows. Writes
-``$AUTOTUNE_METRICS_FILE`` and prints a few lines. Stdlib only (fast start-up).
+win. Writes ``$AUTOTUNE_METRICS_FILE`` and prints a few lines (``$SOAK_PRINT_KB``: that
+many kB more). Stdlib only (fast start-up).
 """
 
 import json
@@ -32,6 +32,9 @@ def main(argv: list[str]) -> int:
     peak = 0.001 * (1 + batch_size) ** 0.5
     for step in range(3):
         print(f"step {step + 1}/3 loss=0.5", flush=True)
+    chatty_kb = int(os.environ.get("SOAK_PRINT_KB", "0"))  # for full-disk tests: a big log
+    for _ in range(chatty_kb):
+        print("x" * 1023, flush=True)
     out = os.environ.get("AUTOTUNE_METRICS_FILE")
     if out:
         with open(out, "w", encoding="utf-8") as fh:
