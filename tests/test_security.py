@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -345,3 +346,60 @@ def test_process_environment_is_not_written(tmp_path: Path, monkeypatch: pytest.
     assert run_trial(spec, trial_dir, LIMITS).returncode == 0
     assert _seen(tmp_path / "seen.json")["env_sha256"]["HF_TOKEN"] is not None
     assert _scan(trial_dir, [SECRETS["HF_TOKEN"], "plain-value-xyz"]) == []
+
+
+# --- secrets, end to end: a sweep, its study and its reports ----------------------------------------
+
+
+def test_secrets_never_reach_the_study_or_the_reports(tmp_path: Path) -> None:
+    """A token in autotune's own environment and one in a sana config's ``env:``: the trainer gets
+    them; no file under the workdir (database included) and no report holds either."""
+    pytest.importorskip("autotune.sweep", reason="the sweep has not landed on this branch yet")  # temporary
+    inherited, configured = "hf_InHeRiTeD_0001", "hf_CoNfIgUrEd_0002"
+    config = {
+        "script": str(ARGV_TRAINER),
+        "launcher": [sys.executable],
+        "cwd": str(tmp_path),
+        "args": [
+            "--out",
+            str(tmp_path / "seen.json"),
+            "--check-env",
+            "HF_TOKEN",
+            "--check-env",
+            "WANDB_API_KEY",
+        ],
+        "env": {"HF_TOKEN": configured},
+    }
+    (tmp_path / "sana.yaml").write_text(json.dumps(config), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_API_KEY": inherited}
+    workdir = tmp_path / "runs"
+    sweep = subprocess.run(
+        [sys.executable, "-m", "autotune", "sweep", "--trainer", "sana", "--config", str(tmp_path / "sana.yaml"),
+         "--workdir", str(workdir), "--vram-gb", "16", "--steps", "2", "--max-trials", "2"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr
+    import hashlib
+
+    seen = _seen(tmp_path / "seen.json")["env_sha256"]
+    assert seen["HF_TOKEN"] == hashlib.sha256(configured.encode()).hexdigest()
+    assert seen["WANDB_API_KEY"] == hashlib.sha256(inherited.encode()).hexdigest()
+    for fmt in ("md", "html", "json"):
+        report = subprocess.run(
+            [sys.executable, "-m", "autotune", "report", "--workdir", str(workdir), "--format", fmt,
+             "-o", str(tmp_path / f"report.{fmt}")],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert report.returncode == 0, report.stderr
+        assert inherited not in report.stderr + report.stdout
+    leaks = _scan(workdir, [inherited, configured]) + [
+        f
+        for f in (f"report.{x}" for x in ("md", "html", "json"))
+        if _scan_file(tmp_path / f, [inherited, configured])
+    ]
+    assert leaks == []
+
+
+def _scan_file(path: Path, needles: list[str]) -> bool:
+    data = path.read_bytes()
+    return any(n.encode() in data for n in needles)

@@ -31,7 +31,7 @@ import yaml
 
 from autotune.errors import ConfigError, UsageError
 from autotune.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.launch import LaunchSpec, redacted_env
+from autotune.launch import LaunchSpec, is_secret_name, redacted_env
 from autotune.metrics import TrialMetrics
 from autotune.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
@@ -316,7 +316,13 @@ class SanaAdapter(TrainerAdapter):
             "set -e",
         ]
         head = f"cd {shlex.quote(record['cwd'])} && "
-        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in record["env"].items())
+        secret = [k for k in record["env"] if is_secret_name(k)]
+        if secret:  # never written: the script reads them from the environment it runs in
+            lines.append(f"# Not written here (secrets): export {', '.join(secret)} before running.")
+        env = " ".join(
+            f'{k}="${{{k}:?export {k} first}}"' if k in secret else f"{k}={shlex.quote(str(v))}"
+            for k, v in record["env"].items()
+        )
         body = _wrap_argv(argv)
         lines.append(head + (env + " " if env else "") + body)
         return "\n".join(lines) + "\n"
