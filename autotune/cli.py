@@ -13,6 +13,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from autotune import __version__
 from autotune.errors import AutotuneError, UsageError
@@ -201,33 +202,275 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 # --- sweep -------------------------------------------------------------------------------------
 
 
+def _positive_int(flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} wants a whole number, like 8; got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least 1; got {text!r}")
+        return value
+
+    return parse
+
+
+def _duration(flag: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        from autotune.units import parse_duration
+
+        try:
+            return parse_duration(text)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(f"{flag}: {exc}") from None
+
+    return parse
+
+
+def _fraction(text: str) -> float:
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--headroom wants a fraction of the card like 0.1 (or 10%); got {text!r}"
+        ) from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"--headroom must be at least 0 and below 1 (a fraction of the card kept free); got {text!r}"
+        )
+    return value
+
+
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run (or resume) a sweep")
-    p.add_argument("--trainer")
-    p.add_argument("--config")
-    p.add_argument("--study")
-    p.add_argument("--storage")
-    p.add_argument("--workdir")
-    p.add_argument("--vram-gb", type=_vram_gb)
+    from autotune.sweep import (
+        DEFAULT_HEADROOM,
+        DEFAULT_MAX_BATCH_SIZE,
+        DEFAULT_STALL_TIMEOUT_S,
+        DEFAULT_STEPS,
+        DEFAULT_TRIAL_TIMEOUT_S,
+    )
+    from autotune.units import format_duration
+
+    p = sub.add_parser(
+        "sweep",
+        help="run (or resume) a sweep",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Run short real trainings of candidate configs and find the fastest one that fits.\n"
+            "The baseline (the trainer's own config) runs first; every trial is recorded in an Optuna\n"
+            "study, so running the same command again resumes: finished trials are never run again.\n"
+            "With no arguments: the demo, the built-in reference trainer on CPU with an emulated card."
+        ),
+        epilog=(
+            "examples:\n"
+            "  autotune sweep                                   the demo (a few minutes on a laptop)\n"
+            "  autotune sweep --trainer ltx2 --trainer-dir ~/LTX-2 --config plan.yaml --budget 8h\n"
+            "  autotune sweep --trainer ltx2 --config plan.yaml --vram-gb 48 --confirm\n"
+            "  autotune sweep --cmd 'python train.py --bs {batch_size} --steps {steps}' --vram-gb 24\n"
+            "Ctrl-C ends the running trial, records it as interrupted and exits 130; run the same\n"
+            "command again to resume. Watch a running sweep from another shell with 'autotune status'."
+        ),
+    )
+    p.add_argument(
+        "--trainer",
+        help="the trainer to sweep: ltx2, sana, command or reference (default: reference, the demo; "
+        "command when --cmd is given)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="the baseline config to start from (for ltx2: a plan from 'autotune plan')",
+    )
+    p.add_argument(
+        "--trainer-dir",
+        type=Path,
+        help="the trainer's checkout (for ltx2: the LTX-2 repo or packages/ltx-trainer)",
+    )
+    p.add_argument(
+        "--study",
+        help="study name (default: TRAINER-CONFIGSTEM, 'demo' for the demo); the same name resumes",
+    )
+    p.add_argument(
+        "--storage",
+        help="SQLAlchemy database URL of the study (default: sqlite:///WORKDIR/studies.db); "
+        "e.g. postgresql://user@host/autotune to share one study between machines",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="where the database, trial folders and report go (default: ./autotune-runs)",
+    )
+    p.add_argument("--vram-gb", type=_vram_gb, help="judge fit for a card of N GB instead of the one found")
+    p.add_argument(
+        "--steps",
+        type=_positive_int("--steps"),
+        help=f"optimizer steps per trial (default: {DEFAULT_STEPS}; the demo uses fewer)",
+    )
+    p.add_argument(
+        "--budget",
+        type=_duration("--budget"),
+        help="stop starting trials once this much trial time is spent, counted across resumes "
+        "(like 8h or 1h30m; default: no limit)",
+    )
+    p.add_argument(
+        "--max-trials",
+        type=_positive_int("--max-trials"),
+        help="stop after this many trials, counted across resumes (interrupted ones are re-run, not counted)",
+    )
+    p.add_argument(
+        "--trial-timeout",
+        type=_duration("--trial-timeout"),
+        help=f"end a trial that runs longer than this (default: {format_duration(DEFAULT_TRIAL_TIMEOUT_S)})",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=_duration("--stall-timeout"),
+        help=f"end a trial that prints nothing for this long (default: {format_duration(DEFAULT_STALL_TIMEOUT_S)})",
+    )
+    p.add_argument(
+        "--headroom",
+        type=_fraction,
+        default=DEFAULT_HEADROOM,
+        help=f"fraction of the card kept free: a config fits when its peak VRAM is at most (1 - headroom) "
+        f"of the card (default: {DEFAULT_HEADROOM:g}, i.e. {DEFAULT_HEADROOM * 100:.0f}%%). Why: a short trial "
+        "never sees validation, checkpoint saving or late fragmentation (an A100 80 GB LTX-2 run hit OOM "
+        "only after 2000 steps), and the trainer samples its own peak only every 200 steps; peers aim "
+        "at 80-95%% of the card",
+    )
+    p.add_argument(
+        "--max-batch-size",
+        type=_positive_int("--max-batch-size"),
+        help=f"largest batch size tried: 1, 2, 4, ... up to it (default: {DEFAULT_MAX_BATCH_SIZE}; "
+        "the dataset's size also caps it)",
+    )
+    p.add_argument(
+        "--keep-effective-batch",
+        action="store_true",
+        help="never try a batch size past the plan's effective batch (batch x accumulation x GPUs); "
+        "by default gradient accumulation is lowered to keep it, and larger batches are tried and flagged",
+    )
+    p.add_argument(
+        "--allow-extra-savers",
+        action="store_true",
+        help="also try savers beyond the baseline (like int4/int2 quantization); they may cost quality",
+    )
+    p.add_argument(
+        "--confirm",
+        action="store_true",
+        help="re-run the winner with 4x the steps before declaring it (a winner that fails gives way "
+        "to the next best)",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="sweep a card below the trainer's supported size anyway"
+    )
+    p.add_argument(
+        "--cmd",
+        metavar="TEMPLATE",
+        help="sweep any trainer through a command template (trainer 'command'); placeholders: the knob "
+        "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}",
+    )
     p.set_defaults(handler=_cmd_sweep)
 
 
+def _sweep_options(args: argparse.Namespace) -> Any:
+    from autotune.sweep import SweepOptions
+
+    trainer = args.trainer or ("command" if args.cmd else None)
+    if args.cmd and trainer != "command":
+        raise UsageError(f"--cmd goes with --trainer command, not --trainer {trainer}; drop one of them")
+    options: dict[str, Any] = {}
+    if args.trainer_dir is not None:
+        options["trainer_dir"] = args.trainer_dir
+    common: dict[str, Any] = {
+        "config": args.config,
+        "study": args.study,
+        "storage": args.storage,
+        "vram_gb": args.vram_gb,
+        "steps": args.steps,
+        "budget_s": args.budget,
+        "max_trials": args.max_trials,
+        "trial_timeout_s": args.trial_timeout,
+        "stall_timeout_s": args.stall_timeout,
+        "headroom": args.headroom,
+        "max_batch_size": args.max_batch_size,
+        "keep_effective_batch": args.keep_effective_batch,
+        "allow_extra_savers": args.allow_extra_savers,
+        "confirm": args.confirm,
+        "force": args.force,
+        "cmd": args.cmd,
+        "trainer_options": options,
+    }
+    if args.workdir is not None:
+        common["workdir"] = args.workdir
+    if trainer is None and args.config is None:
+        return SweepOptions.demo_defaults(**common)
+    return SweepOptions(trainer=trainer or "reference", **{k: v for k, v in common.items()})
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    raise UsageError("'autotune sweep' is not implemented yet")
+    import optuna
+
+    from autotune.sweep import Sweep, SweepInterrupted
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # autotune prints its own progress
+    opts = _sweep_options(args)
+    sweep = Sweep(opts)
+    try:
+        result = sweep.run()
+    except SweepInterrupted as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    out = sys.stdout
+    print(f"sweep {result.study}: {result.stop_reason} after {result.trials_run} trial(s)", file=out)
+    if result.best_trial is None:
+        print("no config finished and fit with the headroom asked for", file=out)
+    else:
+        speed = f"{result.best_samples_per_s:.3g} samples/s" if result.best_samples_per_s else "?"
+        gain = ""
+        if result.best_samples_per_s and result.baseline_samples_per_s:
+            gain = f", {result.best_samples_per_s / result.baseline_samples_per_s:.2f}x the baseline"
+        print(f"best: trial {result.best_trial}: {result.best_params} at {speed}{gain}", file=out)
+    md = [p for p in result.reports if p.suffix == ".md"]
+    if md:
+        others = ", ".join(p.name for p in result.reports if p.suffix in (".html", ".json"))
+        print(f"report: {md[0]}" + (f" (beside it: {others})" if others else ""), file=out)
+    if not result.reports:
+        print(f"see it with: autotune status --study {result.study} --storage {result.storage}", file=out)
+    return EXIT_OK
 
 
 # --- status ------------------------------------------------------------------------------------
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="progress of a running or finished sweep")
-    p.add_argument("--study")
-    p.add_argument("--storage")
+    p = sub.add_parser(
+        "status",
+        help="progress of a running or finished sweep",
+        description="Show a sweep's progress. Safe to run from another shell while the sweep runs.",
+        epilog="example: autotune status --workdir autotune-runs --study demo",
+    )
+    p.add_argument("--study", help="study name (default: the only study in the database)")
+    p.add_argument("--storage", help="database URL (default: sqlite:///WORKDIR/studies.db)")
+    p.add_argument("--workdir", type=Path, help="the sweep's workdir (default: ./autotune-runs)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(handler=_cmd_status)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    raise UsageError("'autotune status' is not implemented yet")
+    import json
+
+    import optuna
+
+    from autotune import status
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    info = status.collect(storage=args.storage, workdir=args.workdir, study=args.study)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        print(status.render(info))
+    return EXIT_OK
 
 
 # --- report ------------------------------------------------------------------------------------

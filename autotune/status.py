@@ -1,0 +1,132 @@
+"""``autotune status``: a sweep's progress, read from its study without disturbing it.
+
+Safe from another shell while the sweep runs: it opens the database read-only in
+spirit (never creates it, never writes), and SQLite's WAL journal plus a connect
+timeout keep both sides clear of "database is locked".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import TrialState
+
+from autotune import study as st
+from autotune.units import format_duration
+
+
+def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> dict[str, Any]:
+    """Everything the status view shows, as plain data (``--json`` prints it as is)."""
+    url = storage or st.default_storage_url(workdir or st.DEFAULT_WORKDIR)
+    s = st.SweepStudy.load(st.open_storage(url, create=False), study)
+    attrs = s.user_attrs
+    settings = attrs.get("settings") or {}
+    trials = s.trials()
+    now = dt.datetime.now()
+    outcomes = Counter(str(t.user_attrs.get("outcome", "?")) for t in trials if t.state.is_finished())
+    running = []
+    for t in trials:
+        if t.state != TrialState.RUNNING:
+            continue
+        owner = st.Orchestrator.from_attrs(t.user_attrs)
+        running.append(
+            {
+                "number": t.number,
+                "params": dict(t.params),
+                "role": t.user_attrs.get("role"),
+                "elapsed_s": (now - t.datetime_start).total_seconds() if t.datetime_start else None,
+                "orchestrator_pid": owner.pid if owner else None,
+                "orchestrator_alive": owner.alive() if owner else False,
+                "trial_dir": t.user_attrs.get("trial_dir"),
+            }
+        )
+    ok = [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE
+        and t.user_attrs.get("fits") is not False
+        and isinstance(t.user_attrs.get("samples_per_s"), (int, float))
+    ]
+    best_no = attrs.get("best_trial")
+    best = next((t for t in trials if t.number == best_no), None) if isinstance(best_no, int) else None
+    if best is None and ok:
+        best = max(ok, key=lambda t: t.user_attrs["samples_per_s"])
+    base_no = attrs.get("baseline_trial")
+    base = next((t for t in trials if t.number == base_no), None) if isinstance(base_no, int) else None
+    study_dir = Path(attrs["workdir"]) / s.name if attrs.get("workdir") else None
+    report = study_dir / "report.md" if study_dir and (study_dir / "report.md").is_file() else None
+    return {
+        "study": s.name,
+        "storage": url,
+        "trainer": settings.get("trainer"),
+        "card": settings.get("card"),
+        "headroom": settings.get("headroom"),
+        "steps": settings.get("steps"),
+        "trials": len(trials),
+        "counted_trials": s.counted_trials(),
+        "outcomes": dict(sorted(outcomes.items())),
+        "running": running,
+        "spent_s": s.spent_s(now),
+        "baseline": _brief(base),
+        "best": _brief(best),
+        "stop_reason": attrs.get("stop_reason"),
+        "ruled_out": len(attrs.get("ruled_out") or []),
+        "report": str(report) if report else None,
+    }
+
+
+def _brief(t: Any) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    a = t.user_attrs
+    return {
+        "number": t.number,
+        "params": dict(t.params),
+        "outcome": a.get("outcome"),
+        "samples_per_s": a.get("samples_per_s"),
+        "peak_vram_gb": a.get("peak_vram_gb"),
+        "fits": a.get("fits"),
+    }
+
+
+def render(info: dict[str, Any]) -> str:
+    """The status as a few lines of text."""
+    card = info.get("card") or {}
+    lines = [
+        f"study {info['study']} ({info['storage']})",
+        f"  trainer {info.get('trainer')}, card {card.get('name')} ({card.get('vram_gb')} GB), "
+        f"headroom {info.get('headroom')}, {info.get('steps')} steps per trial",
+        f"  trials: {info['counted_trials']} done"
+        + (f" ({', '.join(f'{k} {v}' for k, v in info['outcomes'].items())})" if info["outcomes"] else "")
+        + f", trial time spent {format_duration(info['spent_s'])}",
+    ]
+    for r in info["running"]:
+        state = (
+            "running" if r["orchestrator_alive"] else "left running by a stopped sweep (resume to re-run it)"
+        )
+        elapsed = format_duration(r["elapsed_s"]) if r["elapsed_s"] is not None else "?"
+        lines.append(f"  trial {r['number']} {state}: {_params(r['params'])} for {elapsed}")
+    for key in ("baseline", "best"):
+        b = info.get(key)
+        if b is None:
+            lines.append(f"  {key}: none yet")
+            continue
+        sps = b.get("samples_per_s")
+        speed = f"{sps:.3g} samples/s" if isinstance(sps, (int, float)) else str(b.get("outcome"))
+        peak = b.get("peak_vram_gb")
+        peak_txt = f", peak {peak:.2f} GB" if isinstance(peak, (int, float)) else ""
+        lines.append(f"  {key}: trial {b['number']} {_params(b['params'])}: {speed}{peak_txt}")
+    if info.get("ruled_out"):
+        lines.append(f"  ruled out without running: {info['ruled_out']} candidate(s)")
+    if info.get("stop_reason"):
+        lines.append(f"  last run stopped: {info['stop_reason']}")
+    if info.get("report"):
+        lines.append(f"  report: {info['report']}")
+    return "\n".join(lines)
+
+
+def _params(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())

@@ -1,0 +1,56 @@
+"""The demo: ``autotune sweep`` with no arguments, end to end on the built-in reference trainer.
+
+Slow (a few minutes of real CPU training): run with ``pytest -m slow``; the CI runs it too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytest.importorskip("torch")
+if not (REPO / "configs" / "reference" / "low_vram.yaml").is_file():  # pragma: no cover
+    pytest.skip(
+        "configs/reference/low_vram.yaml not merged yet (reference-trainer helper)", allow_module_level=True
+    )
+
+
+@pytest.mark.slow
+def test_the_demo_runs_with_no_arguments(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    t0 = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-m", "autotune", "sweep"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    wall = time.monotonic() - t0
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1].startswith("report: ")  # it ends with where the report is
+    report = Path(lines[-1].split()[1])
+    assert report.is_file() and report.parent == tmp_path / "autotune-runs" / "demo"
+    assert any(line.startswith("best: ") for line in lines)
+    # Real fits and real out-of-memory errors: the outcomes as the progress view reported them.
+    ended = [
+        line.split()[2].rstrip(":")
+        for line in run.stderr.splitlines()
+        if line.startswith("trial ") and " started" not in line
+    ]
+    outcomes = Counter(ended)
+    assert outcomes["ok"] >= 2 and outcomes["oom"] >= 1, run.stderr[-3000:]
+    oom_logs = list((tmp_path / "autotune-runs" / "demo").glob("trial-*/stderr.log"))
+    assert any("OutOfMemoryError" in p.read_text() for p in oom_logs)
+    print(f"demo: {sum(outcomes.values())} trials ({dict(outcomes)}) in {wall:.0f}s")
+    assert wall < 300, f"the demo took {wall:.0f}s; it should take about 3 minutes"
