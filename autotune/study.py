@@ -33,6 +33,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from autotune.dbfile import check_sqlite_file
 from autotune.errors import StorageError, StudyMismatchError, UsageError
 from autotune.outcome import Outcome
 
@@ -88,6 +89,8 @@ def open_storage(url: str, *, create: bool = True) -> RDBStorage:
                 f"no study database at {path}; run 'autotune sweep' first, "
                 "or point to the right one with --workdir DIR or --storage URL"
             )
+        # Before anything writes (WAL, Optuna's tables): refuse a file that is not ours, untouched.
+        check_sqlite_file(path)
         if create:  # a reader never writes, not even the journal mode
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)

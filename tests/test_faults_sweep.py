@@ -35,8 +35,6 @@ import pytest
 from tests.conftest import FAKES, REPO
 from tests.faultfs import grow_tmpfs, read_only, small_tmpfs
 
-pytest.importorskip("autotune.sweep", reason="the sweep has not landed on this branch yet")  # temporary
-
 PY = shlex.quote(sys.executable)
 SOAK = f"{PY} {shlex.quote(str(FAKES / 'soak_trainer.py'))} {{quantization}} {{optimizer}} {{batch_size}} {{gradient_checkpointing}}"
 FAMILY = f"{PY} {shlex.quote(str(FAKES / 'family_trainer.py'))} {{trial_dir}}"

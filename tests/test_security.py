@@ -354,7 +354,6 @@ def test_process_environment_is_not_written(tmp_path: Path, monkeypatch: pytest.
 def test_secrets_never_reach_the_study_or_the_reports(tmp_path: Path) -> None:
     """A token in autotune's own environment and one in a sana config's ``env:``: the trainer gets
     them; no file under the workdir (database included) and no report holds either."""
-    pytest.importorskip("autotune.sweep", reason="the sweep has not landed on this branch yet")  # temporary
     inherited, configured = "hf_InHeRiTeD_0001", "hf_CoNfIgUrEd_0002"
     config = {
         "script": str(ARGV_TRAINER),

@@ -25,8 +25,6 @@ import pytest
 
 from tests.conftest import FAKES, REPO
 
-pytest.importorskip("autotune.sweep", reason="the sweep has not landed on this branch yet")  # temporary
-
 TRIALS = 200
 RSS_GROWTH_LIMIT_MB = 25.0  # 180 trials: ~140 kB each would pass, a real per-trial leak would not
 FD_GROWTH_LIMIT = 3
