@@ -433,6 +433,7 @@ class Sweep:
         base = study.trial(base_no)
         self._check_baseline(base)
         while True:
+            study.refresh_if_changed()  # other writers' trials (our own are read back as written)
             history = self._history()
             if (why := self._limit_reached()) is not None:
                 return why

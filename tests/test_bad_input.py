@@ -105,6 +105,7 @@ def expand(argv: tuple[str, ...], subs: dict[str, str]) -> list[str]:
 
 P = "plan --vram-gb 48"  # a plan that needs no GPU
 PL = f"{P} --trainer-dir {{ltx2}}"  # ... with an LTX-2 checkout
+S = "sweep --cmd x --workdir {tmp}/runs"  # a sweep that reaches each check before any trial
 PR = "plan --trainer reference --vram-gb 48 -o {tmp}/out.yaml --config"  # a plan of one's own YAML
 
 ROWS: list[Row] = [
@@ -119,10 +120,10 @@ ROWS: list[Row] = [
     row("vram-zero", "plan --vram-gb 0", "--vram-gb", "positive"),
     row("vram-nan", "plan --vram-gb nan", "--vram-gb", "positive"),
     row("vram-inf", "plan --vram-gb inf", "--vram-gb", "positive"),
-    row("gpus-not-a-number", f"{P} --gpus x", "--gpus", "'x'"),
-    row("gpus-fraction", f"{P} --gpus 1.5", "--gpus", "'1.5'"),
-    row("gpus-zero", f"{P} --gpus 0", "--gpus", "1 or more"),
-    row("gpus-negative", f"{P} --gpus -2", "--gpus", "1 or more"),
+    row("gpus-not-a-number", f"{P} --gpus x", "--gpus", "whole number, like 8", "'x'"),
+    row("gpus-fraction", f"{P} --gpus 1.5", "--gpus", "whole number", "'1.5'"),
+    row("gpus-zero", f"{P} --gpus 0", "--gpus", "at least 1"),
+    row("gpus-negative", f"{P} --gpus -2", "--gpus", "at least 1"),
     row("card-too-small", "plan --vram-gb 8", "8 GB", "32 GB", "--force", "--vram-gb N"),
     # --- plan: trainers ------------------------------------------------------------------------
     row("unknown-trainer", f"{P} --trainer nope", "unknown trainer 'nope'", "ltx2, reference", "--trainer"),
@@ -156,6 +157,42 @@ ROWS: list[Row] = [
     row("yaml-python-tag", f"{PR} {{tmp}}/tag.yaml", "tag.yaml:1:15", "!!python/object/apply:os.system", "safe loader"),
     row("yaml-not-a-mapping", f"{PR} {{tmp}}/list.yaml", "list.yaml", "mapping of sections", "found a list"),
     row("yaml-not-utf8", f"{PR} {{tmp}}/latin1.yaml", "latin1.yaml", "not UTF-8", "save"),
+    # --- sweep: wrong types and ranges ----------------------------------------------------------
+    row("steps-not-a-number", f"{S} --steps x", "--steps", "whole number", "'x'"),
+    row("steps-zero", f"{S} --steps 0", "--steps", "at least 1"),
+    row("max-trials-zero", f"{S} --max-trials 0", "--max-trials", "at least 1"),
+    row("max-batch-size-negative", f"{S} --max-batch-size -4", "--max-batch-size", "at least 1"),
+    row("budget-not-a-duration", f"{S} --budget abc", "--budget", "'abc'", "like 90s, 20m, 8h or 1h30m"),
+    row("budget-zero", f"{S} --budget 0", "--budget", "more than zero"),
+    row("trial-timeout-negative", f"{S} --trial-timeout -1", "--trial-timeout", "more than zero"),
+    row("stall-timeout-bad-unit", f"{S} --stall-timeout 5d", "--stall-timeout", "'5d'", "like 90s"),
+    row("headroom-too-big", f"{S} --headroom 1.5", "--headroom", "below 1"),
+    row("headroom-not-a-number", f"{S} --headroom lots", "--headroom", "like 0.1 (or 10%)"),
+    row("sweep-vram-zero", f"{S} --vram-gb 0", "--vram-gb", "positive"),
+    # --- sweep: trainers, templates, configs ----------------------------------------------------
+    row("sweep-unknown-trainer", "sweep --trainer nope", "unknown trainer 'nope'", "--trainer NAME"),
+    row("sweep-ltx2-without-config", "sweep --trainer ltx2", "needs a config", "autotune plan -o plan.yaml"),
+    row("cmd-unknown-placeholder", f"{S} --cmd x{{bogus}}", "{bogus}", "unknown placeholder", "known ones"),
+    row("cmd-bad-brace", ["sweep", "--cmd", "python t.py {batch_size"], "{batch_size", "{{ and }}"),
+    row("cmd-unclosed-quote", ["sweep", "--cmd", 'python t.py "x'], "No closing quotation"),
+    row("cmd-with-other-trainer", f"{S} --trainer ltx2", "--cmd goes with --trainer command", "drop one"),
+    row("sweep-config-missing", "sweep --trainer ltx2 --config {tmp}/nope.yaml", "nope.yaml", "not found"),
+    row("sweep-config-bad-yaml", "sweep --trainer ltx2 --config {tmp}/indent.yaml", "indent.yaml:3:14", "Fix"),
+    row("sweep-config-tag", "sweep --trainer ltx2 --config {tmp}/tag.yaml", "tag.yaml:1:15", "safe loader"),
+    row("sweep-config-duplicate", "sweep --trainer ltx2 --config {tmp}/dup.yaml", "dup.yaml:3:3", "duplicate key"),
+    row("sweep-card-too-small", "sweep --trainer ltx2 --config {tmp}/typo.yaml --vram-gb 8", "32 GB", "--force"),
+    # --- sweep and status: storage and names ---------------------------------------------------
+    row("sweep-storage-not-url", f"{S} --storage notaurl", "--storage", "not a database URL", "sqlite:///"),
+    row("sweep-storage-unknown-kind", f"{S} --storage foo://u:hunter2@h/db", "unknown database kind 'foo'", "u:***@h"),
+    row("study-dotdot", f"{S} --study ../x", "--study '../x'", "not a valid study name", "e.g. --study"),
+    row("study-absolute", f"{S} --study /abs", "--study '/abs'", "not a valid study name"),
+    row("study-slash", f"{S} --study a/b", "--study 'a/b'", "not a valid study name"),
+    row("study-nul", [*S.split(), "--study", "a\0b"], "not a valid study name"),
+    row("study-dot", f"{S} --study .", "not a valid study name"),
+    row("status-storage-not-url", "status --storage notaurl", "--storage", "not a database URL"),
+    row("status-storage-unknown-kind", "status --storage foo://x", "unknown database kind 'foo'"),
+    row("status-no-database", "status --workdir {tmp}/nope", "no study database", "--workdir DIR"),
+    row("status-study-unknown", "status --storage {db} --study nope", "no study named 'nope'", "s1"),
     # --- report ---------------------------------------------------------------------------------
     row("report-format", "report --format pdf", "--format", "invalid choice: 'pdf'", "md"),
     row("report-storage-not-url", "report --storage notaurl", "--storage", "not a database URL", "sqlite:///"),
@@ -184,6 +221,8 @@ def test_bad_input_exits_2_with_a_clear_message(
         assert fragment in err, f"{fragment!r} not in: {err}"
     assert not Path(world["{tmp}"], "pwned").exists()
     assert "hunter2" not in err
+    # Refused before anything was written: no workdir, no database, no trial folder.
+    assert not Path(world["{tmp}"], "runs").exists() and not Path(world["{tmp}"], "autotune-runs").exists()
 
     rc = main(["--debug", *argv])
     _, err = capsys.readouterr()
