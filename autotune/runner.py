@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from autotune.errors import AutotuneError
 from autotune.launch import LaunchSpec, redacted_env
 from autotune.monitor import ResourceMonitor
@@ -202,6 +204,7 @@ class _Trial:
         self.term_at: float | None = None
         self.kill_at: float | None = None
         self.killed_at: float | None = None
+        self.termed: set[int] = set()  # pids sent SIGTERM (one each; later finds get theirs too)
 
     # --- the whole run ---------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -317,6 +320,7 @@ class _Trial:
                     if self.term_at is None:  # it exited by itself; its leftovers get a short grace
                         self.term_at, self.kill_at = now, now + min(self.limits.grace_s, LEFTOVER_GRACE_S)
                         tree.signal_all(_signal.SIGTERM)
+                        self.termed.update(p.pid for p in leftovers)
                     self._escalate(tree, now)
                     if self.killed_at is not None and now - self.killed_at > KILL_WAIT_S:
                         return [p.pid for p in leftovers]  # uninterruptible: report, do not hang
@@ -429,6 +433,13 @@ class _Trial:
         if self.term_at is None:
             self.term_at = now
             tree.signal_all(_signal.SIGTERM)
+            self.termed.update(p.pid for p in tree.alive())
+        else:  # found since the SIGTERM (a setsid grandchild seen once its parent died): its turn
+            for p in tree.alive():
+                if p.pid not in self.termed:
+                    self.termed.add(p.pid)
+                    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                        p.send_signal(_signal.SIGTERM)
         assert self.kill_at is not None
         if now >= self.kill_at:
             if self.killed_at is None:

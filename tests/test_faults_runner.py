@@ -80,3 +80,34 @@ def test_the_memory_timeline_gives_way_on_a_full_disk(tmp_path: Path) -> None:
         time.sleep(0.01)
     summary = monitor.stop()
     assert summary.samples >= 400 and summary.peak_host_rss_gb > 0
+
+
+def test_stop_ends_a_setsid_grandchild_without_waiting_out_the_grace(tmp_path: Path) -> None:
+    """A grandchild in its own session is found once its parent dies: it gets SIGTERM then, not
+    SIGKILL at the end of the grace period (Ctrl-C used to take the whole grace, 10 s)."""
+    import json
+    import threading
+
+    from tests.conftest import FAKES
+
+    trial_dir = tmp_path / "trial-0000"
+    spec = LaunchSpec(argv=(sys.executable, str(FAKES / "family_trainer.py"), str(trial_dir)), cwd=tmp_path)
+    stop = threading.Event()
+    family_file = trial_dir / "family.json"
+    stopped_at: list[float] = []
+
+    def press_ctrl_c() -> None:
+        deadline = time.monotonic() + 60
+        while not family_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stopped_at.append(time.monotonic())
+        stop.set()
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    result = run_trial(
+        spec, trial_dir, RunLimits(wall_timeout_s=120, stall_timeout_s=120, grace_s=30), stop=stop
+    )
+    assert result.interrupted
+    assert time.monotonic() - stopped_at[0] < 10  # not the 30 s grace
+    family = json.loads(family_file.read_text())
+    assert all(_gone(pid) for pid in family.values()), family

@@ -32,6 +32,7 @@ from typing import Any
 import psutil
 import pytest
 
+from autotune.cli import main
 from tests.conftest import FAKES, REPO
 from tests.faultfs import grow_tmpfs, read_only, small_tmpfs
 
@@ -64,7 +65,9 @@ def _trials(db: Path) -> list[dict[str, Any]]:
     """Trials straight from SQLite, read-only: number, state, value and user attrs."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
-        out = []
+        out: list[dict[str, Any]] = []
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name='trials'").fetchone():
+            return out  # killed before Optuna made its tables: an empty database, still fine
         rows = conn.execute("SELECT trial_id, number, state FROM trials ORDER BY number").fetchall()
         for trial_id, number, state in rows:
             attrs = {
@@ -74,11 +77,18 @@ def _trials(db: Path) -> list[dict[str, Any]]:
                 )
             }
             values = conn.execute("SELECT value FROM trial_values WHERE trial_id=?", (trial_id,)).fetchall()
-            nparams = conn.execute(
-                "SELECT COUNT(*) FROM trial_params WHERE trial_id=?", (trial_id,)
-            ).fetchone()
+            params = sorted(
+                conn.execute("SELECT param_name, param_value FROM trial_params WHERE trial_id=?", (trial_id,))
+            )
             out.append(
-                {"number": number, "state": state, "attrs": attrs, "values": values, "params": nparams[0]}
+                {
+                    "number": number,
+                    "state": state,
+                    "attrs": attrs,
+                    "values": values,
+                    "params": len(params),
+                    "candidate": tuple(params),  # raw values: comparable within one study
+                }
             )
         return out
     finally:
@@ -192,7 +202,7 @@ def test_sigkill_during_database_writes_leaves_a_whole_study(tmp_path: Path) -> 
             if t["state"] == "COMPLETE":
                 assert len(t["values"]) == 1 and t["attrs"]["outcome"] == "ok", t
     assert kills >= 4
-    final = _run(_argv(workdir, SOAK), tmp_path)
+    final = _run(_argv(workdir, SOAK, "--max-trials", "10"), tmp_path)
     assert final.returncode == 0, final.stderr
     trials = _trials(db)
     assert all(t["state"] != "RUNNING" for t in trials)
@@ -232,7 +242,7 @@ def test_readers_on_the_live_study_never_meet_a_locked_database(tmp_path: Path) 
     url = f"sqlite:///{db}"
     stop = tmp_path / "stop"
     sweep = subprocess.Popen(
-        _argv(workdir, SOAK, "--max-trials", "12"),
+        _argv(workdir, SOAK, "--max-trials", "8"),
         cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     reader = subprocess.Popen(
@@ -262,7 +272,7 @@ def test_readers_on_the_live_study_never_meet_a_locked_database(tmp_path: Path) 
     for r in cli_runs:
         assert "locked" not in r.stderr.lower(), r.stderr
     # Until the sweep has created the study, "not found" is fine; every later read answers.
-    assert all(r.returncode == 0 for r in cli_runs[-len(answered) :]) and len(answered) >= 3
+    assert all(r.returncode == 0 for r in cli_runs[-len(answered) :]) and len(answered) >= 1
     assert _integrity(db) == "ok"
 
 
@@ -313,7 +323,7 @@ def _truncated(db: Path, real: Path) -> None:
     ],
 )
 def test_a_database_that_is_not_ours_is_refused_and_never_written(
-    kind: str, expect: str, tmp_path: Path, real_study: Path
+    kind: str, expect: str, tmp_path: Path, real_study: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     workdir = tmp_path / "runs"
     workdir.mkdir()
@@ -324,17 +334,18 @@ def test_a_database_that_is_not_ours_is_refused_and_never_written(
     if kind == "truncated":
         _truncated(db, real_study)
     before = _sha(db)
-    commands = [
-        _argv(workdir, SOAK, "--max-trials", "1"),
-        [sys.executable, "-m", "autotune", "status", "--workdir", str(workdir)],
-        [sys.executable, "-m", "autotune", "report", "--workdir", str(workdir)],
+    commands = [  # in-process (the same code as `python -m autotune ...`, minus 3 s of start-ups)
+        _argv(workdir, SOAK, "--max-trials", "1")[3:],
+        ["status", "--workdir", str(workdir)],
+        ["report", "--workdir", str(workdir)],
     ]
     for argv in commands:
-        run = _run(argv, tmp_path)
-        assert run.returncode == 1, (argv[3], run.stdout, run.stderr)
-        assert run.stderr.startswith("error: ") and "Traceback" not in run.stderr, run.stderr
-        assert expect in run.stderr and str(db) in run.stderr and "--workdir" in run.stderr, run.stderr
-        assert _sha(db) == before, f"'{argv[3]}' changed the file"
+        rc = main(argv)
+        out, err = capsys.readouterr()
+        assert rc == 1, (argv[0], out, err)
+        assert err.startswith("error: ") and "Traceback" not in err, err
+        assert expect in err and str(db) in err and "--workdir" in err, err
+        assert _sha(db) == before, f"'{argv[0]}' changed the file"
     assert sorted(p.name for p in workdir.iterdir()) == ["studies.db"]  # no journal, no trial folder
 
 
@@ -348,7 +359,7 @@ def test_a_full_study_folder_stops_the_sweep_cleanly_and_a_resume_finishes(tmp_p
     with small_tmpfs(folder, 600) as mounted:
         if not mounted:
             pytest.skip("no tmpfs here (needs root with mount rights); the runner test covers /dev/full")
-        run = _run(_argv(workdir, SOAK, "--max-trials", "12"), tmp_path, env=env)
+        run = _run(_argv(workdir, SOAK, "--max-trials", "8"), tmp_path, env=env)
         assert run.returncode == 1, run.stderr
         err = run.stderr
         assert "Traceback" not in err and "internal error" not in err, err
@@ -362,11 +373,15 @@ def test_a_full_study_folder_stops_the_sweep_cleanly_and_a_resume_finishes(tmp_p
         done_before = len(trials) - 1
 
         assert grow_tmpfs(folder, 64 * 1024)
-        again = _run(_argv(workdir, SOAK, "--max-trials", "12"), tmp_path, env=env)
+        again = _run(_argv(workdir, SOAK, "--max-trials", "8"), tmp_path, env=env)
         assert again.returncode == 0, again.stderr
         trials = _trials(db)
-        complete = [t for t in trials if t["state"] == "COMPLETE"]
-        assert len(complete) == 12 and len(trials) == 13 and done_before < 12
+        assert all(t["state"] in ("COMPLETE", "FAIL") for t in trials)
+        interrupted = [t for t in trials if t["attrs"]["outcome"] == "interrupted"]
+        assert len(interrupted) == 1 and interrupted[0]["number"] == done_before
+        run_again = [t for t in trials[done_before + 1 :] if t["candidate"] == interrupted[0]["candidate"]]
+        assert run_again and run_again[0]["state"] == "COMPLETE"  # the interrupted candidate ran again
+        assert sum(t["state"] == "COMPLETE" for t in trials) > done_before + 1
 
 
 def test_a_read_only_study_folder_is_a_clear_error_and_the_study_intact(tmp_path: Path) -> None:
