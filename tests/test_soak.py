@@ -91,8 +91,9 @@ def test_200_trials_all_recorded_with_flat_memory_and_descriptors(tmp_path: Path
     for line in proc.stderr:  # the progress view: "trial N started: ..." / "trial N ok: ..."
         tail = [*tail[-20:], line]
         m = re.match(r"trial (\d+) (started|ok)", line)
-        if m and int(m.group(1)) == 20 and m.group(2) == "started" and 20 not in at:
-            at[20] = (*_proc_figures(proc.pid), time.monotonic() - t0)
+        for mark in (20, 110):
+            if m and int(m.group(1)) == mark and m.group(2) == "started" and mark not in at:
+                at[mark] = (*_proc_figures(proc.pid), time.monotonic() - t0)
         if m and int(m.group(1)) == TRIALS - 1 and m.group(2) == "ok":
             at[TRIALS] = (*_proc_figures(proc.pid), time.monotonic() - t0)
     out, _ = proc.communicate(timeout=120)
@@ -112,13 +113,14 @@ def test_200_trials_all_recorded_with_flat_memory_and_descriptors(tmp_path: Path
         (tmp_path / "runs" / "soak" / f / "stdout.log").exists() for f in folders
     )
 
-    (rss20, fd20, t20), (rss_end, fd_end, t_end) = at[20], at[TRIALS]
+    (rss20, fd20, t20), (rss_mid, _, _), (rss_end, fd_end, t_end) = at[20], at[110], at[TRIALS]
     per_trial_early = t20 / 20
     per_trial_late = (t_end - t20) / (TRIALS - 20)
     print(
         f"\nsoak: {TRIALS} trials in {wall:.1f}s (to trial 20: {per_trial_early:.2f}s/trial, "
-        f"20-{TRIALS}: {per_trial_late:.2f}s/trial); RSS {rss20:.1f} -> {rss_end:.1f} MB "
+        f"20-{TRIALS}: {per_trial_late:.2f}s/trial); RSS {rss20:.1f} -> {rss_mid:.1f} (trial 110) -> {rss_end:.1f} MB "
         f"(+{rss_end - rss20:.1f}); open fds {fd20} -> {fd_end}"
     )
     assert rss_end - rss20 < RSS_GROWTH_LIMIT_MB
+    assert per_trial_late < 2 * per_trial_early + 0.2  # bookkeeping does not grow with the study
     assert fd_end - fd20 <= FD_GROWTH_LIMIT
