@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from autotune.metrics import TrialMetrics
+from autotune.units import format_gb
 
 
 class Outcome(str, Enum):
@@ -208,11 +209,11 @@ class OomDetails:
     def describe(self) -> str:
         parts = []
         if self.tried_gb is not None:
-            parts.append(f"tried to allocate {self.tried_gb:.2f} GiB")
+            parts.append(f"tried to allocate {format_gb(self.tried_gb, 'GiB')}")
         if self.free_gb is not None:
-            parts.append(f"{self.free_gb:.2f} GiB free")
+            parts.append(f"{format_gb(self.free_gb, 'GiB')} free")
         if self.total_gb is not None:
-            parts.append(f"of {self.total_gb:.2f} GiB total")
+            parts.append(f"of {format_gb(self.total_gb, 'GiB')} total")
         return ", ".join(parts)
 
 

@@ -414,7 +414,10 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 
 def _gb(x: Any) -> str:
-    return "—" if not isinstance(x, (int, float)) else f"{x:.2f}"
+    """Two decimals, as the trainer prints; tiny (emulated demo) figures keep three digits."""
+    if not isinstance(x, (int, float)):
+        return "—"
+    return f"{x:.2f}" if abs(x) >= 0.1 or x == 0 else f"{x:.3g}"
 
 
 def _val(v: Any) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from optuna.trial import TrialState
 
 from autotune import study as st
-from autotune.units import format_duration
+from autotune.units import format_duration, format_gb
 
 
 def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> dict[str, Any]:
@@ -117,7 +117,7 @@ def render(info: dict[str, Any]) -> str:
         sps = b.get("samples_per_s")
         speed = f"{sps:.3g} samples/s" if isinstance(sps, (int, float)) else str(b.get("outcome"))
         peak = b.get("peak_vram_gb")
-        peak_txt = f", peak {peak:.2f} GB" if isinstance(peak, (int, float)) else ""
+        peak_txt = f", peak {format_gb(peak)}" if isinstance(peak, (int, float)) else ""
         lines.append(f"  {key}: trial {b['number']} {_params(b['params'])}: {speed}{peak_txt}")
     if info.get("ruled_out"):
         lines.append(f"  ruled out without running: {info['ruled_out']} candidate(s)")

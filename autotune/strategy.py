@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autotune.space import Candidate, ParamValue, Space
+from autotune.units import format_gb
 
 #: Outcomes that mean "device memory": they prove nothing hungrier fits.
 MEMORY_OUTCOMES = frozenset({"oom"})
@@ -199,8 +200,8 @@ class Strategy:
         return k
 
     def _over(self, peak: float | None) -> str:
-        shown = f"{peak:.1f} GB" if peak is not None else "a peak"
-        return f"peaked at {shown}, over the headroom line {self.fit_limit_gb:.1f} GB"
+        shown = format_gb(peak) if peak is not None else "a peak"
+        return f"peaked at {shown}, over the headroom line {format_gb(self.fit_limit_gb)}"
 
     def _exhausted(self, k: _Knowledge, c: Candidate) -> bool:
         """A non-memory failure ran out of attempts (never retried forever)."""

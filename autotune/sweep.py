@@ -42,7 +42,7 @@ from autotune.nvml import GIB, Nvml, NvmlUnavailable, open_nvml
 from autotune.outcome import Outcome
 from autotune.progress import Progress
 from autotune.runner import TrialOutputError, output_error
-from autotune.units import format_duration
+from autotune.units import format_duration, format_gb
 
 #: Default fraction of the card kept free. Why 10 %: a short trial sees neither
 #: validation nor checkpoint saving nor the slow growth of fragmentation (an A100
@@ -261,12 +261,16 @@ class Sweep:
         if self.opts.vram_gb is not None:
             gb = self.opts.vram_gb
             if self.opts.trainer == "reference":
-                return Card(f"emulated {gb:g} GB card{where}", gb, count, _tier(gb), indices)
+                return Card(f"emulated {format_gb(gb)} card{where}", gb, count, _tier(gb), indices)
             name = gpus[0][1] if gpus else f"planned {gb:g} GB card"
             return Card(name, gb, count, _tier(gb), indices)
         if isinstance(emulated, (int, float)) and emulated > 0:
             return Card(
-                f"emulated {emulated:g} GB card{where}", float(emulated), count, _tier(emulated), indices
+                f"emulated {format_gb(float(emulated))} card{where}",
+                float(emulated),
+                count,
+                _tier(emulated),
+                indices,
             )
         if gpus:
             _, name, total = min(gpus, key=lambda g: g[2])
@@ -406,8 +410,8 @@ class Sweep:
             f"autotune sweep: study {study_name!r} in {storage_url}"
             + (f" (resuming: {done} trial{'s' if done != 1 else ''} done)" if done else "")
             + f"; trainer {opts.trainer}, card {card.name}"
-            + ("" if " GB" in card.name else f" ({card.vram_gb:.1f} GB)")
-            + f": fits at <= {(1 - opts.headroom) * card.vram_gb:.3g} GB ({opts.headroom:.0%} headroom)"
+            + ("" if card.name.startswith(("emulated", "planned")) else f" ({format_gb(card.vram_gb)})")
+            + f": fits at <= {format_gb((1 - opts.headroom) * card.vram_gb)} ({opts.headroom:.0%} headroom)"
         )
 
         stop_reason = self._search(strategy, base_cand)
@@ -1023,6 +1027,6 @@ def _summary(attrs: Mapping[str, Any]) -> str:
     if outcome == Outcome.OK.value:
         sps, peak = attrs.get("samples_per_s"), attrs.get("peak_vram_gb")
         fit = {True: "fits", False: "over the headroom", None: "fit unknown"}[attrs.get("fits")]
-        peak_txt = f", peak {peak:.2f} GB" if isinstance(peak, (int, float)) else ""
+        peak_txt = f", peak {format_gb(peak)}" if isinstance(peak, (int, float)) else ""
         return f"ok: {sps:.3g} samples/s{peak_txt}, {fit}"
     return f"{outcome}: {_one_line(str(attrs.get('reason', '')), 160)}"

@@ -43,3 +43,11 @@ def format_duration(seconds: float) -> str:
     h, rest = divmod(s, 3600)
     m, sec = divmod(rest, 60)
     return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"
+
+
+def format_gb(gb: float, unit: str = "GB") -> str:
+    """Memory for people: ``45.68 GB``; below 1 GB in MiB (``28.2 MiB``), so an emulated demo card
+    and a small allocation do not read as ``0.00 GB``."""
+    if abs(gb) >= 1 or gb == 0:
+        return f"{gb:.2f} {unit}"
+    return f"{gb * 1024:.1f} MiB"

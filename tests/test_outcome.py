@@ -186,7 +186,7 @@ def test_classify(name: str, args: dict[str, Any], expected: Outcome) -> None:
 
 def test_reason_names_the_oom_figures_and_line() -> None:
     reason = explain(**case(1, output=RANK0_OOM)).reason
-    assert "tried to allocate 0.50 GiB" in reason
+    assert "tried to allocate 512.0 MiB, 290.0 MiB free, of 79.25 GiB total" in reason
     assert "[rank" not in reason  # prefixes are stripped from the quoted line
 
 

@@ -78,7 +78,7 @@ def test_dominance_verdicts(history: list[Observation], candidate: Candidate, ki
         assert "ran out of device memory" in verdict.reason
     if kind == "over_headroom":
         assert (
-            "over the headroom line 72.0 GB" in verdict.reason
+            "over the headroom line 72.00 GB" in verdict.reason
             and "out of device memory" not in verdict.reason
         )
 

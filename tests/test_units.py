@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import UsageError
-from autotune.units import format_duration, parse_duration
+from autotune.units import format_duration, format_gb, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -31,3 +31,16 @@ def test_format_duration() -> None:
     assert format_duration(5.25) == "5.2s"
     assert format_duration(125) == "2m05s"
     assert format_duration(3725) == "1h02m05s"
+
+
+@pytest.mark.parametrize(
+    ("gb", "unit", "text"),
+    [
+        (45.678, "GB", "45.68 GB"),
+        (1.0, "GiB", "1.00 GiB"),
+        (0.0275, "GB", "28.2 MiB"),
+        (0.0, "GB", "0.00 GB"),
+    ],
+)
+def test_format_gb(gb: float, unit: str, text: str) -> None:
+    assert format_gb(gb, unit) == text

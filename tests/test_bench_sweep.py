@@ -1,0 +1,158 @@
+"""The sweep benchmark (scripts/bench_sweep.py) and the strategies it compares ours with."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from autotune.strategy import Observation
+from scripts import bench_strategies as bs
+from scripts import bench_sweep as bench
+from tests.fakes.landscape import Landscape, generate, suite
+
+LANDS = suite(20)
+
+
+def search(land: Landscape, name: str, **options: object) -> tuple[list[Observation], object]:
+    """Run one strategy to the end in-process; returns the history and the strategy."""
+    space = bench.space_of(land)
+    strategy = bs.make(name, **options)(space, space.candidate(land.baseline), land.card_gb, land.headroom)
+    history: list[Observation] = []
+    while (cand := strategy.next_candidate(history)) is not None:
+        assert len(history) <= 2 * len(space), f"{name} never stops on {land.name}"
+        sim = land.simulate(dict(cand.params))
+        history.append(Observation(cand, sim.outcome, sim.samples_per_s, sim.peak_vram_gb, None, sim.spread))
+    return history, strategy
+
+
+@pytest.mark.parametrize("land", LANDS, ids=lambda land: land.name)
+@pytest.mark.parametrize("name", list(bs.COMPETITORS))
+def test_every_competitor_ends_and_never_repeats_a_candidate(land: Landscape, name: str) -> None:
+    history, _ = search(land, name, **({"budget": 8} if name == "tpe" else {}))
+    assert history and history[0].candidate.params == land.baseline  # the baseline first, as the sweep does
+    repeats = [c for c, n in Counter(o.candidate for o in history).items() if n > 1]
+    assert repeats == []
+
+
+@pytest.mark.parametrize("land", LANDS, ids=lambda land: land.name)
+def test_grid_runs_every_candidate(land: Landscape) -> None:
+    history, _ = search(land, "grid")
+    assert {o.candidate for o in history} == set(bench.space_of(land))
+
+
+@pytest.mark.parametrize("land", LANDS, ids=lambda land: land.name)
+def test_ltx2_greedy_keeps_to_its_five_one_change_trials(land: Landscape) -> None:
+    history, _ = search(land, "ltx2-greedy")
+    assert len(history) <= 5
+    assert all(
+        o.candidate.params["gradient_checkpointing"] == land.baseline["gradient_checkpointing"]
+        for o in history
+    )
+    outcomes = [o.outcome for o in history]
+    if "oom" in outcomes:
+        assert outcomes.index("oom") == len(outcomes) - 1  # the first OOM ends it
+    for i, later in enumerate(history[1:], start=1):  # each run is one change from a run before it
+        assert any(
+            sum(x != y for x, y in zip(o.candidate.items, later.candidate.items, strict=True)) == 1
+            for o in history[:i]
+        )
+
+
+@pytest.mark.parametrize("land", LANDS, ids=lambda land: land.name)
+def test_batch_only_turns_the_batch_size_alone(land: Landscape) -> None:
+    history, _ = search(land, "batch-only")
+    space = bench.space_of(land)
+    family = space.family(space.candidate(land.baseline))
+    assert all(space.family(o.candidate) == family for o in history)
+    failed = [space.batch(o.candidate) for o in history if not bs.fits(o, land.fit_limit_gb)]
+    if failed:  # nothing at or past a failed batch is run after it
+        first = next(i for i, o in enumerate(history) if not bs.fits(o, land.fit_limit_gb))
+        assert all(
+            space.batch(o.candidate) < space.batch(history[first].candidate) for o in history[first + 1 :]
+        )
+
+
+def test_tpe_keeps_its_budget_tells_ooms_as_infeasible_and_repeats_with_its_seed() -> None:
+    land = next(x for x in LANDS if any(x.ooms(p) for p in x.grid()))
+    first, strategy = search(land, "tpe", budget=12, seed=3)
+    again, _ = search(land, "tpe", budget=12, seed=3)
+    assert len(first) == 12 == len({o.candidate for o in first})
+    assert [o.candidate for o in first] == [o.candidate for o in again]
+    assert isinstance(strategy, bs.TpeStrategy)
+    told = strategy._study.get_trials(deepcopy=False)
+    ooms = [t for t in told if t.constraints and t.constraints.get("memory", 0) > 0]
+    assert ooms and all(
+        t.state.name == "COMPLETE" for t in ooms
+    )  # infeasible, not FAIL: TPE learns from them
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "expected"),
+    [
+        # each trial's outcome (samples/s after the colon) -> what the greedy runs next (changes from
+        # the low-VRAM baseline), None = it stops
+        ([], {}),
+        (["ok:1.0"], {"quantization": "none"}),
+        (["ok:1.0", "oom"], None),  # the first OOM ends it
+        (["ok:1.0", "ok:0.9"], {"optimizer": "adamw"}),  # quantization off was slower: dropped
+        (["ok:1.0", "ok:0.9", "ok:0.95"], {"batch_size": 2}),
+        (["ok:1.0", "ok:1.2", "ok:1.3"], {"quantization": "none", "optimizer": "adamw", "batch_size": 2}),
+        (["ok:1.0", "ok:1.2", "ok:1.3", "ok:1.2"], None),  # batch 2 gave less per sample: stop
+        (
+            ["ok:1.0", "ok:1.2", "ok:1.3", "ok:1.5"],
+            {"quantization": "none", "optimizer": "adamw", "batch_size": 4},
+        ),
+        (["ok:1.0", "ok:1.2", "ok:1.3", "ok:1.5", "ok:1.6"], None),  # five trials: done
+        (["crash"], None),
+    ],
+)
+def test_ltx2_greedy_steps(outcomes: list[str], expected: dict[str, object] | None) -> None:
+    land = generate(14)  # a 32 GB landscape: the low-VRAM baseline
+    space = bench.space_of(land)
+    base = space.candidate(land.baseline)
+    greedy = bs.Ltx2GreedyStrategy(space, base, land.card_gb, land.headroom)
+    history: list[Observation] = []
+    for text in outcomes:
+        cand = greedy.next_candidate(history)
+        assert cand is not None
+        outcome, _, sps = text.partition(":")
+        history.append(Observation(cand, outcome, float(sps) if sps else None, 10.0, None, 0.01))
+    nxt = greedy.next_candidate(history)
+    assert nxt == (None if expected is None else base.replace(**expected))
+
+
+def test_the_bench_runs_in_process_and_prints_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.md"
+    rc = bench.main(["--mode", "fast", "--landscapes", "3", "--no-targets", "-o", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert out.read_text(encoding="utf-8").strip() == text.strip()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "strategy" not in line]
+    assert [r.split("|")[1].strip() for r in rows] == list(bench.STRATEGIES)
+    grid = next(r for r in rows if r.startswith("| grid "))
+    assert grid.rstrip(" |").endswith("100.0%")  # the grid is its own yardstick
+
+
+def test_a_missed_target_fails_the_bench(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(bench, "TARGET_GPU_RATIO", 0.01)  # no search can spend 1 % of the grid
+    assert bench.main(["--mode", "fast", "--landscapes", "2", "--strategies", "ours,grid"]) == 1
+    assert "TARGET MISSED: ours used" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ours", "ltx2-greedy"])
+def test_real_sweep_takes_the_same_trials_as_in_process(tmp_path: Path, name: str) -> None:
+    """Through 'autotune sweep' and the command trainer: same trials, simulated time from the trainer."""
+    land = generate(14)
+    fast = bench.run_fast(land, name, bench.factory(name))
+    real = bench.run_real(land, name, tmp_path, tpe_budget=None, seed=0)
+    assert real.error is None, real.error
+    assert real.history == fast.history
+    assert real.gpu_s == pytest.approx(fast.gpu_s, rel=1e-6)
+    assert real.best_params == fast.best_params and real.found
