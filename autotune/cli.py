@@ -127,7 +127,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--gpus",
-        type=int,
+        type=_positive_int("--gpus"),  # defined below; resolved when the parser is built
         metavar="N",
         help="number of GPUs to train on (default: the visible cards of one model, or 1 with --vram-gb)",
     )

@@ -85,7 +85,8 @@ class ResourceMonitor:
             self._thread.join()
             self._thread = None
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):  # the last lines of a timeline on a full disk
+                self._file.close()
             self._file = None
         source = None
         if self._peak_vram is not None:
@@ -118,9 +119,12 @@ class ResourceMonitor:
             self._peak_vram = vram if self._peak_vram is None else max(self._peak_vram, vram)
         if self._writer is not None:
             t = time.monotonic() - self._t0
-            self._writer.writerow(
-                [f"{t:.3f}", "" if vram is None else f"{vram / GIB:.4f}", f"{rss / GIB:.4f}"]
-            )
+            try:
+                self._writer.writerow(
+                    [f"{t:.3f}", "" if vram is None else f"{vram / GIB:.4f}", f"{rss / GIB:.4f}"]
+                )
+            except OSError:  # a full or read-only disk: the peaks still count, the timeline stops
+                self._writer = None
 
     def _vram(self, pids: set[int]) -> int | None:
         assert self.nvml is not None

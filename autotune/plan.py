@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError, ConfigError, UnknownTrainerError, UnsupportedCardError, UsageError
+from autotune.errors import AutotuneError, UnknownTrainerError, UnsupportedCardError, UsageError
 from autotune.nvml import Nvml
 from autotune.probe import probe
 from autotune.schema import check_keys
 from autotune.tiers import TierInfo, classify
 from autotune.trainers.base import Baseline
-from autotune.yamlconf import RoundTripConfig
+from autotune.yamlconf import RoundTripConfig, read_config_text
 
 #: Trainers whose baselines ``plan`` knows. Other adapters take the user's own config.
 PLAN_TRAINERS = ("ltx2", "reference")
@@ -370,8 +370,13 @@ def _locate_config(
         and ("/" in config or _abs(Path(config), cwd).is_file())
     ):
         path = _abs(Path(config), cwd)
+        if path.is_dir():
+            raise UsageError(f"--config {config}: {path} is a directory; give the YAML file itself")
         if not path.is_file():
-            raise UsageError(f"--config {config}: no such file ({path})")
+            raise UsageError(
+                f"--config {config}: no such file ({path}); check the path, or name a shipped config "
+                "without a folder (like --config t2v_lora)"
+            )
         package = _package_dir(trainer_dir, cwd) if trainer == "ltx2" and trainer_dir else None
         return package, path
     if trainer == "reference":
@@ -607,10 +612,7 @@ def _launch(plan: Plan, n: int, full: bool) -> LaunchPlan:
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    return read_config_text(path)
 
 
 def _abs(path: Path, cwd: Path) -> Path:

@@ -14,6 +14,7 @@ The study is read through the contract in the helper brief: study user attrs
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import hashlib
 import inspect
@@ -31,6 +32,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import svgchart
+from autotune.dbfile import check_sqlite_file, redact_url
 from autotune.errors import AutotuneError, StorageError, UsageError
 from autotune.trainers.base import Baseline, TrainerAdapter, get_adapter
 from autotune.yamlconf import load_yaml
@@ -172,7 +174,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         parsed = make_url(url)
     except ArgumentError:
         raise StudyNotFoundError(
-            f"--storage {url!r} is not a database URL; use sqlite:///PATH/studies.db or "
+            f"--storage {redact_url(url)!r} is not a database URL; use sqlite:///PATH/studies.db or "
             "postgresql://USER@HOST/DB"
         ) from None
     connect_args: dict[str, Any] = {}
@@ -184,11 +186,20 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                 f"no study database at {db or url!r}; run 'autotune sweep' first, or point "
                 "--storage (or --workdir) at the sweep's studies.db"
             )
+        check_sqlite_file(Path(db))  # not SQLite, damaged, another program's, a newer Optuna's
         # SQLite's own read-only mode: even Optuna's start-up bookkeeping cannot write.
         open_url = f"sqlite:///file:{quote(str(Path(db).resolve()))}?mode=ro&uri=true"
         connect_args["timeout"] = 20  # a live sweep may hold the lock for a moment
     elif parsed.get_backend_name().startswith("postgres"):
         connect_args["connect_timeout"] = 20
+    shown = redact_url(url)
+    try:
+        parsed.get_dialect()
+    except Exception:  # sqlalchemy has no such database kind: the URL is wrong, not the database
+        raise StudyNotFoundError(
+            f"--storage {shown!r}: unknown database kind {parsed.drivername!r}; use sqlite:///PATH/studies.db "
+            "or postgresql://USER@HOST/DB"
+        ) from None
     try:
         return optuna.storages.RDBStorage(
             open_url,
@@ -198,7 +209,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         )
     except Exception as exc:
         raise StorageError(
-            f"cannot read studies from {url}: {_first_line(exc)} (is it an autotune study database?)"
+            f"cannot read studies from {shown}: {_first_line(exc)} (is it an autotune study database?)"
         ) from None
 
 
@@ -214,18 +225,20 @@ def open_study(url: str, name: str | None) -> optuna.Study:
         names = optuna.study.get_all_study_names(storage=storage)
     except Exception as exc:
         raise StorageError(
-            f"cannot read studies from {url}: {_first_line(exc)} (is it an autotune study database?)"
+            f"cannot read studies from {redact_url(url)}: {_first_line(exc)} (is it an autotune study database?)"
         ) from None
     if name is None:
         if not names:
-            raise StudyNotFoundError(f"{url} holds no study yet; run 'autotune sweep' first")
+            raise StudyNotFoundError(f"{redact_url(url)} holds no study yet; run 'autotune sweep' first")
         if len(names) > 1:
             listed = ", ".join(sorted(names))
-            raise StudyNotFoundError(f"{url} holds several studies ({listed}); pick one with --study NAME")
+            raise StudyNotFoundError(
+                f"{redact_url(url)} holds several studies ({listed}); pick one with --study NAME"
+            )
         name = names[0]
     elif name not in names:
         listed = ", ".join(sorted(names)) or "none"
-        raise StudyNotFoundError(f"no study named {name!r} in {url} (studies there: {listed})")
+        raise StudyNotFoundError(f"no study named {name!r} in {redact_url(url)} (studies there: {listed})")
     return optuna.load_study(study_name=name, storage=storage)
 
 
@@ -1167,13 +1180,25 @@ RENDERERS = {"md": render_markdown, "html": render_html, "json": render_json}
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file, so a reader never sees half a report; scripts (``#!``) run."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write via a temporary file, so a reader never sees half a report; scripts (``#!``) run.
+
+    A folder that cannot be made, a full or read-only disk: ``ReportError`` naming the path
+    (the temporary file is removed; an earlier file at ``path`` stays as it was)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    if text.startswith("#!"):
-        tmp.chmod(0o755)
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        if text.startswith("#!"):
+            tmp.chmod(0o755)
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise ReportError(
+            f"cannot write {path}: {exc.strerror or exc}"
+            + (f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else "")
+            + "; pick another path, or make room on that disk"
+        ) from None
 
 
 def write_reports(study: optuna.Study, out_dir: Path) -> list[Path]:

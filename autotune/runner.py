@@ -15,6 +15,7 @@ outcome), so 100 MB of output neither deadlocks the pipes nor grows autotune.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -28,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+import psutil
 
 from autotune.errors import AutotuneError
 from autotune.launch import LaunchSpec, redacted_env
@@ -51,6 +54,19 @@ _NOTABLE = re.compile(NOTABLE_SOURCE.encode(), re.M)
 
 class LaunchError(AutotuneError):
     """The trial command could not be started at all (missing program, bad cwd)."""
+
+
+class TrialOutputError(AutotuneError):
+    """The trial folder could not be written (disk full, read-only, gone); the trial was ended.
+
+    Not the candidate's fault: the sweep records the trial ``interrupted`` so that a
+    resume, once there is room, runs it again.
+    """
+
+    def __init__(self, message: str, path: Path, errno: int | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
 
 
 @dataclass(frozen=True)
@@ -119,9 +135,27 @@ def run_trial(
     ``process.json`` (pid and environment mark, for ending orphans on resume),
     ``stdout.log``, ``stderr.log`` and ``memory.csv``. ``on_output`` gets each
     output line (both streams) as it arrives. Without ``monitor``, host memory
-    alone is sampled. Raises ``LaunchError`` when the command cannot start.
+    alone is sampled. Raises ``LaunchError`` when the command cannot start, and
+    ``TrialOutputError`` when the trial folder cannot be written (the trial's
+    processes are ended first).
     """
-    return _Trial(spec, Path(trial_dir), limits, monitor or ResourceMonitor(), stop, on_output).run()
+    trial_dir = Path(trial_dir)
+    try:
+        return _Trial(spec, trial_dir, limits, monitor or ResourceMonitor(), stop, on_output).run()
+    except OSError as exc:  # Popen's own errors are LaunchError; this is the folder
+        raise output_error(exc, trial_dir) from exc
+
+
+def output_error(exc: OSError, trial_dir: Path) -> TrialOutputError:
+    """The ``TrialOutputError`` for an ``OSError`` met while writing ``trial_dir`` (names the file)."""
+    where = Path(exc.filename) if exc.filename else Path(trial_dir)
+    return TrialOutputError(
+        f"cannot write the trial folder {where}: {exc.strerror or exc}; the trial was ended. "
+        "Make room on that disk (or make it writable), or pick another --workdir, then run the "
+        "same command again: the sweep resumes and runs this trial again",
+        where,
+        exc.errno,
+    )
 
 
 def end_orphaned_trial(trial_dir: Path, *, grace_s: float = 5.0) -> list[int]:
@@ -170,6 +204,7 @@ class _Trial:
         self.term_at: float | None = None
         self.kill_at: float | None = None
         self.killed_at: float | None = None
+        self.termed: set[int] = set()  # pids sent SIGTERM (one each; later finds get theirs too)
 
     # --- the whole run ---------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -187,7 +222,8 @@ class _Trial:
         stdout_path, stderr_path = self.dir / "stdout.log", self.dir / "stderr.log"
         env = {**os.environ, **self.spec.env, MARK_VAR: mark}
         started_wall = time.time()
-        with stdout_path.open("wb") as out_log, stderr_path.open("wb") as err_log:
+        # Unbuffered: a full disk fails the write that met it (and names the file), never a later flush.
+        with stdout_path.open("wb", buffering=0) as out_log, stderr_path.open("wb", buffering=0) as err_log:
             try:
                 proc = subprocess.Popen(
                     list(self.spec.argv),
@@ -284,6 +320,7 @@ class _Trial:
                     if self.term_at is None:  # it exited by itself; its leftovers get a short grace
                         self.term_at, self.kill_at = now, now + min(self.limits.grace_s, LEFTOVER_GRACE_S)
                         tree.signal_all(_signal.SIGTERM)
+                        self.termed.update(p.pid for p in leftovers)
                     self._escalate(tree, now)
                     if self.killed_at is not None and now - self.killed_at > KILL_WAIT_S:
                         return [p.pid for p in leftovers]  # uninterruptible: report, do not hang
@@ -318,7 +355,16 @@ class _Trial:
             return False
         now = time.monotonic()
         self.last_output = now
-        stream.log.write(data)
+        try:
+            view = memoryview(data)
+            while view:  # a raw file may take part of a block
+                written = stream.log.write(view)
+                if not written:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
+        except OSError as exc:  # disk full or read-only: name the file; run_trial ends the trial
+            exc.filename = exc.filename or str(self.dir / f"{stream.name}.log")
+            raise
         self.total_bytes += len(data)
         self.tail += data
         if len(self.tail) > 2 * TAIL_BYTES:
@@ -387,6 +433,13 @@ class _Trial:
         if self.term_at is None:
             self.term_at = now
             tree.signal_all(_signal.SIGTERM)
+            self.termed.update(p.pid for p in tree.alive())
+        else:  # found since the SIGTERM (a setsid grandchild seen once its parent died): its turn
+            for p in tree.alive():
+                if p.pid not in self.termed:
+                    self.termed.add(p.pid)
+                    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                        p.send_signal(_signal.SIGTERM)
         assert self.kill_at is not None
         if now >= self.kill_at:
             if self.killed_at is None:

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from optuna.trial import FrozenTrial, TrialState
 
@@ -41,6 +41,7 @@ from autotune.metrics import TrialMetrics
 from autotune.nvml import GIB, Nvml, NvmlUnavailable, open_nvml
 from autotune.outcome import Outcome
 from autotune.progress import Progress
+from autotune.runner import TrialOutputError, output_error
 from autotune.units import format_duration, format_gb
 
 #: Default fraction of the card kept free. Why 10 %: a short trial sees neither
@@ -452,6 +453,7 @@ class Sweep:
         base = study.trial(base_no)
         self._check_baseline(base)
         while True:
+            study.refresh_if_changed()  # other writers' trials (our own are read back as written)
             history = self._history()
             if (why := self._limit_reached()) is not None:
                 return why
@@ -582,7 +584,10 @@ class Sweep:
         )
         attrs_end: dict[str, Any] = {"trial_dir": str(trial_dir), "log_path": str(trial_dir / "stdout.log")}
         try:
-            trial_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                trial_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a read-only or full study folder: not the candidate's fault
+                raise output_error(exc, trial_dir) from None
             spec = ctx.adapter.render(
                 ctx.baseline,
                 params,
@@ -590,6 +595,8 @@ class Sweep:
                 steps=steps or ctx.steps,
                 trial_dir=trial_dir,
             )
+        except TrialOutputError as exc:
+            self._stop_for_output_error(trial, attrs_end, exc)
         except ConfigError as exc:
             attrs_end.update({"outcome": Outcome.CONFIG_ERROR.value, "reason": _one_line(str(exc))})
             self.progress.trial_finished(trial.number, f"config_error: {_one_line(str(exc))}")
@@ -604,6 +611,8 @@ class Sweep:
         )
         before = self._gpu_used()
         result, error = self._run_watched(run_trial, spec, trial_dir, limits, trial)
+        if isinstance(error, TrialOutputError):
+            self._stop_for_output_error(trial, attrs_end, error)
         if error is not None:
             attrs_end.update(
                 {"outcome": Outcome.CRASH.value, "reason": _one_line(f"could not start: {error}")}
@@ -622,6 +631,16 @@ class Sweep:
             raise self._interrupted()
         self._drain(before)
         return finished
+
+    def _stop_for_output_error(
+        self, trial: FrozenTrial, attrs_end: dict[str, Any], exc: TrialOutputError
+    ) -> NoReturn:
+        """The trial folder cannot be written: record the trial ``interrupted`` (a resume runs it
+        again) and stop the sweep with the error, which says where and what to do."""
+        attrs_end.update({"outcome": Outcome.INTERRUPTED.value, "reason": _one_line(str(exc))})
+        self.progress.trial_finished(trial.number, f"interrupted: {attrs_end['reason']}")
+        self.study.finish_trial(trial, attrs_end, None)
+        raise exc
 
     def _run_watched(
         self, run_trial: Any, spec: LaunchSpec, trial_dir: Path, limits: Any, trial: FrozenTrial

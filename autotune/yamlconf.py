@@ -7,6 +7,7 @@ Plain data: ``load_yaml``. Edits of a trainer's own file: ``RoundTripConfig``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,58 @@ from ruamel.yaml.comments import CommentedMap
 from autotune.errors import ConfigError
 
 
+class _SafeUniqueLoader(yaml.SafeLoader):
+    """The safe loader, refusing a key written twice in one mapping.
+
+    PyYAML keeps the last of two equal keys and ruamel refuses them with a traceback;
+    a user who wrote ``steps:`` twice meant one of them, so say which line repeats it.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            try:
+                key = self.construct_object(key_node, deep=deep)
+                hash(key)
+            except (yaml.constructor.ConstructorError, TypeError):
+                continue  # the base class reports unhashable or bad keys itself
+            if key in seen:
+                first = seen[key].start_mark
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first written on line {first.line + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(text: str, source: str = "<config>") -> Any:
-    """Parse ``text`` with the safe loader; a syntax error names ``source``, line and column."""
+    """Parse ``text`` with the safe loader; a syntax error names ``source``, line and column.
+
+    Only plain data is built: tags such as ``!!python/object`` are refused, as are
+    keys written twice in one mapping.
+    """
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_SafeUniqueLoader)
+    except yaml.constructor.ConstructorError as exc:
+        # The safe loader builds plain data only: a ``!!python/object`` tag (or any custom tag)
+        # would run code or build objects with an unsafe loader, so it is refused, by name.
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        if (exc.problem or "").startswith("duplicate key"):
+            raise ConfigError(
+                f"{where}: {exc.problem}; a key may appear once per section: keep the one you mean "
+                "and delete the other"
+            ) from None
+        tag = re.search(r"tag '([^']*)'", exc.problem or "")
+        what = f"the tag {tag.group(1).replace('tag:yaml.org,2002:', '!!')}" if tag else "a tag"
+        raise ConfigError(
+            f"{where}: {what} is not allowed: autotune reads YAML with a safe loader (plain "
+            "mappings, lists, strings, numbers, booleans and null only). Remove the tag and write the "
+            "value as plain data."
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -31,14 +80,29 @@ def load_yaml(text: str, source: str = "<config>") -> Any:
         raise ConfigError(f"{source}: YAML error: {exc}") from None
 
 
-def load_yaml_file(path: Path) -> Any:
+def read_config_text(path: Path, what: str = "config file") -> str:
+    """The text of a UTF-8 config file; a missing, unreadable or binary file is a ``ConfigError``
+    that names the path and what to do (never a traceback)."""
+    path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
+        raise ConfigError(f"{what} not found: {path}; check the path") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {path} is a directory; give the YAML file inside it") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+            "give a YAML text file, saved as UTF-8"
+        ) from None
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    return load_yaml(text, str(path))
+        raise ConfigError(
+            f"cannot read {what} {path}: {exc.strerror or exc}; check that it exists and is readable"
+        ) from None
+
+
+def load_yaml_file(path: Path) -> Any:
+    return load_yaml(read_config_text(path), str(path))
 
 
 def dotted_items(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -75,7 +139,11 @@ class RoundTripConfig:
         if doc is None:
             return CommentedMap()
         if not isinstance(doc, CommentedMap):
-            raise ConfigError(f"{self.source}: expected a mapping of sections at the top of the file")
+            raise ConfigError(
+                f"{self.source}: expected a mapping of sections at the top of the file (like "
+                f"'optimization:' on its own line), found {'a list' if isinstance(doc, list) else 'a single value'}; "
+                "check that the file is the trainer's config"
+            )
         return doc
 
     def get(self, dotted: str, default: Any = None) -> Any:

@@ -297,7 +297,7 @@ def test_several_studies_need_a_name(known: tuple[Path, str]) -> None:
 def test_a_file_that_is_not_a_study_database(tmp_path: Path) -> None:
     bogus = tmp_path / "studies.db"
     bogus.write_text("not sqlite at all\n")
-    with pytest.raises(StorageError, match="is it an autotune study database"):
+    with pytest.raises(StorageError, match=r"is not an SQLite database.*never writes to such a file"):
         rep.open_study(f"sqlite:///{bogus}", None)
     assert bogus.read_text() == "not sqlite at all\n"
 

@@ -271,7 +271,7 @@ def test_load_picks_the_only_study_or_asks(tmp_path: Path) -> None:
 
 
 def test_reading_never_creates_a_database(tmp_path: Path) -> None:
-    with pytest.raises(StorageError, match="no study database at"):
+    with pytest.raises(UsageError, match="no study database at"):
         st.open_storage(st.default_storage_url(tmp_path / "nowhere"), create=False)
     assert not (tmp_path / "nowhere").exists()
 

@@ -280,7 +280,7 @@ def test_help_explains_the_headroom_default(capsys: pytest.CaptureFixture[str]) 
 def test_status_without_a_database_says_what_to_do(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["status", "--workdir", str(tmp_path / "none")]) == 1
+    assert main(["status", "--workdir", str(tmp_path / "none")]) == 2  # a wrong path: bad input, like report
     err = capsys.readouterr().err
     assert "no study database at" in err and "autotune sweep" in err
     assert not (tmp_path / "none").exists()

@@ -50,7 +50,7 @@ from autotune.trainers.ltx2 import (
     hook_env,
     read_output,
 )
-from autotune.yamlconf import RoundTripConfig, load_yaml
+from autotune.yamlconf import RoundTripConfig, load_yaml, read_config_text
 
 KNOBS = ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
 EXTRA_PLACEHOLDERS = ("config", "steps", "gradient_accumulation_steps", "trial_dir")
@@ -139,10 +139,7 @@ class CommandAdapter(TrainerAdapter):
     def load_baseline(self, config: Path | None) -> Baseline:
         if config is None:
             return Baseline(trainer=self.name, text="", data={})
-        try:
-            text = Path(config).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {config}: {exc.strerror or exc}") from None
+        text = read_config_text(Path(config))
         data = load_yaml(text, str(config))
         if data is None:
             data = {}

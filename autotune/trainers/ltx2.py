@@ -34,7 +34,7 @@ from autotune.trainers.common import (
     take_options,
     write_trial_record,
 )
-from autotune.yamlconf import RoundTripConfig, load_yaml
+from autotune.yamlconf import RoundTripConfig, load_yaml, read_config_text
 
 #: Study param -> the config key it sets.
 KNOB_KEYS: dict[str, str] = {
@@ -159,12 +159,7 @@ class Ltx2Adapter(TrainerAdapter):
                 f"trainer {self.name!r} needs a config to start from: write one with "
                 "'autotune plan -o plan.yaml' or pass your own with --config FILE"
             )
-        try:
-            text = Path(config).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {config}") from None
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {config}: {exc.strerror}") from None
+        text = read_config_text(Path(config))
         return self.baseline_from_text(text, path=Path(config))
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:

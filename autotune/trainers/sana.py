@@ -31,7 +31,7 @@ import yaml
 
 from autotune.errors import ConfigError, UsageError
 from autotune.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.launch import LaunchSpec
+from autotune.launch import LaunchSpec, is_secret_name, redacted_env
 from autotune.metrics import TrialMetrics
 from autotune.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
@@ -46,7 +46,7 @@ from autotune.trainers.common import (
     write_trial_record,
 )
 from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
-from autotune.yamlconf import load_yaml
+from autotune.yamlconf import load_yaml, read_config_text
 
 KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
 #: Boolean knob -> the store_true flag that turns it on.
@@ -181,10 +181,7 @@ class SanaAdapter(TrainerAdapter):
                 "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...'"
             )
         path = Path(config)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        text = read_config_text(path)
         return self.baseline_from_text(text, path)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
@@ -256,7 +253,12 @@ class SanaAdapter(TrainerAdapter):
         argv = self._argv(record, args, max(1, baseline.num_gpus))
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "config.yaml").write_text(
-            yaml.safe_dump({**record, "args": args, "argv": argv}, sort_keys=False, width=10**6),
+            # A record for people; the env goes to the trainer only (a hub token must not reach the disk).
+            yaml.safe_dump(
+                {**record, "env": redacted_env(record["env"]), "args": args, "argv": argv},
+                sort_keys=False,
+                width=10**6,
+            ),
             encoding="utf-8",
         )
         (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
@@ -314,7 +316,13 @@ class SanaAdapter(TrainerAdapter):
             "set -e",
         ]
         head = f"cd {shlex.quote(record['cwd'])} && "
-        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in record["env"].items())
+        secret = [k for k in record["env"] if is_secret_name(k)]
+        if secret:  # never written: the script reads them from the environment it runs in
+            lines.append(f"# Not written here (secrets): export {', '.join(secret)} before running.")
+        env = " ".join(
+            f'{k}="${{{k}:?export {k} first}}"' if k in secret else f"{k}={shlex.quote(str(v))}"
+            for k, v in record["env"].items()
+        )
         body = _wrap_argv(argv)
         lines.append(head + (env + " " if env else "") + body)
         return "\n".join(lines) + "\n"
