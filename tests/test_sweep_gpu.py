@@ -52,7 +52,7 @@ def test_the_smallest_visible_gpu_is_the_card_and_it_drains_between_trials(fake_
     result = Sweep(opts, stream=out, tty=False, nvml=nvml).run()
     assert result.trials_run == 3 and result.stop_reason == "max-trials (3) reached"
     text = out.getvalue()
-    assert "card NVIDIA Fake 16GB (16.0 GB): fits at <= 14.4 GB (10% headroom)" in text
+    assert "card NVIDIA Fake 16GB (16.00 GB): fits at <= 14.40 GB (10% headroom)" in text
     assert nvml.reads >= 2 * 3  # before and after every trial
 
 
