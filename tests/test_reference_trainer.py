@@ -54,6 +54,7 @@ def tiny(**changes: Any) -> TrainConfig:
         log_interval=1,
         warmup_steps=1,
         memory_steps=3,
+        threads=1,  # as the baselines: extra threads spin against the rest of a busy test machine
         model=ModelShape(hidden_dim=128, depth=3, heads=2, mlp_ratio=4, patch_size=(1, 2, 2)),
         data=DataShape(num_samples=8, channels=8, frames=2, height=8, width=8, text_tokens=8, text_dim=64),
     )
