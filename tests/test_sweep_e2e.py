@@ -351,7 +351,8 @@ def test_baseline_oom_says_nothing_shipped_fits_and_what_could(tmp_path: Path) -
 
 
 def test_status_from_another_process_during_a_sweep(tmp_path: Path) -> None:
-    env = _env(tmp_path, SWEEP_FAKE_SLEEP_S="0.4")
+    gate = tmp_path / "gate"  # the first trial waits for it: status is sure to catch a running trial
+    env = _env(tmp_path, SWEEP_FAKE_SLEEP_S="0.1", SWEEP_FAKE_GATE=str(gate))
     sweep = subprocess.Popen(
         _argv(tmp_path, "--max-trials", "4"),
         env=env,
@@ -375,7 +376,10 @@ def test_status_from_another_process_during_a_sweep(tmp_path: Path) -> None:
             info = json.loads(st.stdout)
             answers += 1
             seen_running = seen_running or any(r["orchestrator_alive"] for r in info["running"])
+            if seen_running:
+                gate.touch()
     finally:
+        gate.touch()
         _, err = sweep.communicate(timeout=120)
     assert sweep.returncode == 0, err
     assert answers >= 2 and seen_running

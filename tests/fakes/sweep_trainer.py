@@ -7,7 +7,8 @@ Usage (the template the tests pass to ``--cmd``)::
 It has a small, known memory and speed model (``model`` below, also imported by
 the tests to compute the true best), so a sweep over it can be checked exactly.
 It really runs: it appends one line per launch to ``$SWEEP_FAKE_LAUNCHES`` (so
-tests can count launches), sleeps ``$SWEEP_FAKE_SLEEP_S`` seconds (default 0.2)
+tests can count launches), waits for the file `$SWEEP_FAKE_GATE` when set (so a test can catch a
+trial running), sleeps ``$SWEEP_FAKE_SLEEP_S`` seconds (default 0.2)
 printing Step lines, then either prints torch's OOM text and exits 1 (memory
 above ``$SWEEP_FAKE_CARD_GB``, default 16) or writes ``$AUTOTUNE_METRICS_FILE``
 and LTX-2's statistics block. ``$SWEEP_FAKE_HANG_ON`` (a batch size) makes that
@@ -60,6 +61,11 @@ def main(argv: list[str]) -> int:
     if hang_on and int(hang_on) == batch_size:
         while True:
             time.sleep(0.1)
+    gate = os.environ.get("SWEEP_FAKE_GATE")
+    if gate:  # hold the first trial until the test has seen it running (bounded: 120 s)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
     time.sleep(sleep_s)
     if peak > card:
         print(
