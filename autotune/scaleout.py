@@ -71,8 +71,18 @@ class ClaimedStudy(st.SweepStudy):
         self.pending = self._claim = self._heartbeat = None
         return self
 
+    concludes = True  # False for ``autotune worker``
+
     def check_not_running_elsewhere(self, me: st.Orchestrator) -> None:
-        """Several workers on one study is the point; the claims keep them apart."""
+        """Workers may join a study anywhere (the claims keep them apart); a second concluding
+        sweep of the same study on this machine is still refused, as for any sweep."""
+        if self.concludes:
+            super().check_not_running_elsewhere(me)
+
+    def claim(self, me: st.Orchestrator) -> None:
+        """Only the sweep that concludes the study stands for it (``autotune status``, the check above)."""
+        if self.concludes:
+            super().claim(me)
 
     def recover_stale(self, me: st.Orchestrator, *, kill: Any = None) -> list[st.Recovered]:
         """Fail the trials of dead workers (claims) and of dead unclaimed sweeps on this machine."""
@@ -180,6 +190,7 @@ class SharedSweep(Sweep):
     ) -> st.SweepStudy:
         handle = ClaimedStudy.open_or_create(storage, name, settings, workdir=workdir)[0]
         assert isinstance(handle, ClaimedStudy)
+        handle.concludes = self.concludes
         label = f"gpu {self.pin.cuda_index}" if self.pin is not None else ""
         book = ClaimBook(
             storage.engine, handle._study_id, worker=WorkerIdentity.current(label), lease_s=self.lease_s

@@ -357,3 +357,33 @@ def test_a_pinned_worker_judges_its_own_card_and_refuses_multi_gpu_trials(
     card = worker._card(baseline)
     assert (card.count, card.indices, card.vram_gb) == (1, (1,), CARD_GB)
     assert worker._trial_env() == {"CUDA_VISIBLE_DEVICES": fake_uuid(1)}
+
+
+def test_a_second_sweep_on_this_machine_is_refused_but_a_worker_joins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psutil
+
+    from autotune import study as st
+
+    for key, value in _fake_env(tmp_path, sleep_s=0.05).items():
+        monkeypatch.setenv(key, value)
+    url = f"sqlite:///{tmp_path / 'runs' / 'studies.db'}"
+    run_sweep(_opts(tmp_path, url, max_trials=1), nvml=False, stream=io.StringIO(), tty=False)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # another sweep of this study, alive on this machine
+        storage = st.open_storage(url)
+        sid = storage.get_study_id_from_name("s")
+        me = st.Orchestrator.me()
+        live = st.Orchestrator(other.pid, me.host, psutil.Process(other.pid).create_time())
+        storage.set_study_user_attr(sid, "orchestrator", live.as_attrs())
+        with pytest.raises(
+            UsageError, match=f"being run right now by another autotune \\(pid {other.pid}\\)"
+        ):
+            run_sweep(_opts(tmp_path, url, max_trials=2), nvml=False, stream=io.StringIO(), tty=False)
+        result = run_worker("s", url, nvml=False, stream=io.StringIO())  # joins, runs, leaves it alone
+        assert result.best_trial is None and result.trials_run >= 1
+        assert storage.get_study_user_attrs(sid)["orchestrator"] == live.as_attrs()
+    finally:
+        other.kill()
+        other.wait()
