@@ -65,6 +65,12 @@ class ClaimedStudy(st.SweepStudy):
     _claim: Claim | None = None
     _heartbeat: Heartbeat | None = None
 
+    def _reread(self, trial_id: int, fresh: FrozenTrial | None = None) -> None:
+        """Several workers write this study: after each write of ours read every trial again
+        (the single-orchestrator study reads back only the trial it wrote), so counts and
+        limits never lag behind the other workers by more than one of our writes."""
+        self._trials = None
+
     def use(self, book: ClaimBook, on_lost: Callable[[], None]) -> ClaimedStudy:
         """Claim through ``book``; ``on_lost`` is called if another worker reaps a running claim."""
         self.book, self.on_lost = book, on_lost
