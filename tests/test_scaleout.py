@@ -206,6 +206,35 @@ def test_worker_usage_errors(
         run_worker(study, url, nvml=FakeNvml([CARD]), stream=io.StringIO(), **args)
 
 
+def test_a_worker_started_before_its_sweep_says_it_waits_and_joins_once_the_study_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    for key, value in _fake_env(tmp_path, sleep_s=0.05).items():
+        monkeypatch.setenv(key, value)
+    url = f"sqlite:///{tmp_path / 'runs' / 'studies.db'}"  # no database yet: the sweep makes it
+    out, got = io.StringIO(), {}
+
+    def worker() -> None:
+        try:
+            got["result"] = run_worker("s", url, nvml=FakeNvml([CARD]), stream=out, wait_s=120)
+        except BaseException as exc:
+            got["error"] = exc
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    _wait_for(
+        lambda: "waiting up to 2m00s for study 's'" in out.getvalue() or "error" in got, "the worker to wait"
+    )
+    assert "error" not in got, got["error"]
+    assert "no study database at" in out.getvalue()
+    run_sweep(_opts(tmp_path, url, max_trials=1), nvml=FakeNvml([CARD]), stream=io.StringIO(), tty=False)
+    thread.join(timeout=120)
+    assert not thread.is_alive() and "error" not in got, (got, out.getvalue())
+    assert got["result"].study == "s"
+
+
 # --- several machines, one PostgreSQL study -----------------------------------------------------
 
 
