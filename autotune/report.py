@@ -34,6 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import svgchart
 from autotune.dbfile import check_sqlite_file, redact_url
 from autotune.errors import AutotuneError, StorageError, UsageError
+from autotune.study import new_rdb_storage
 from autotune.trainers.base import Baseline, TrainerAdapter, get_adapter
 from autotune.yamlconf import load_yaml
 
@@ -201,12 +202,11 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             "or postgresql://USER@HOST/DB"
         ) from None
     try:
-        return optuna.storages.RDBStorage(
-            open_url,
-            engine_kwargs={"connect_args": connect_args},
-            skip_compatibility_check=True,
-            skip_table_creation=True,
+        return new_rdb_storage(
+            open_url, {"connect_args": connect_args}, create=False, skip_compatibility_check=True
         )
+    except StorageError:
+        raise
     except Exception as exc:
         raise StorageError(
             f"cannot read studies from {shown}: {_first_line(exc)} (is it an autotune study database?)"

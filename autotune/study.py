@@ -104,7 +104,7 @@ def open_storage(url: str, *, create: bool = True) -> RDBStorage:
                     f"cannot create the study database {path}: {type(exc).__name__}: {exc}"
                 ) from None
     try:
-        storage = _new_rdb_storage(url, engine_kwargs, create=create)
+        storage = new_rdb_storage(url, engine_kwargs, create=create)
         if path is not None and create:
             _fast_sqlite_commits(storage)
         return storage
@@ -213,7 +213,9 @@ PG_SETUP_LOCK_KEY = int.from_bytes(b"autotune", "big")
 PG_SETUP_LOCK_TIMEOUT_S = 120
 
 
-def _new_rdb_storage(url: str, engine_kwargs: dict[str, Any], *, create: bool) -> RDBStorage:
+def new_rdb_storage(
+    url: str, engine_kwargs: dict[str, Any], *, create: bool, skip_compatibility_check: bool = False
+) -> RDBStorage:
     """``RDBStorage(url)``; on PostgreSQL its start-up runs under a database-wide advisory lock.
 
     Why: Optuna's start-up writes even with ``skip_table_creation``: once the tables exist it
@@ -222,14 +224,20 @@ def _new_rdb_storage(url: str, engine_kwargs: dict[str, Any], *, create: bool) -
     one of them died on ``alembic_version`` (UniqueViolation or DuplicateTable): when it was the
     sweep, its workers waited for a study that never came. Under the lock every start-up sees
     the schema either absent or complete. It is held only for the start-up (milliseconds) and
-    ends with its transaction, whatever happens. SQLite is set up in ``open_storage`` itself.
+    ends with its transaction, whatever happens. SQLite is set up in ``open_storage`` itself;
+    ``autotune report`` opens PostgreSQL through here too (read-only SQLite needs no lock).
     """
     import sqlalchemy
     from sqlalchemy.engine import make_url
     from sqlalchemy.pool import NullPool
 
+    options: dict[str, Any] = {
+        "engine_kwargs": engine_kwargs,
+        "skip_table_creation": not create,
+        "skip_compatibility_check": skip_compatibility_check,
+    }
     if make_url(url).get_backend_name() != "postgresql":
-        return RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create)
+        return RDBStorage(url, **options)
     lock = sqlalchemy.create_engine(url, poolclass=NullPool, **engine_kwargs)
     try:
         with lock.begin() as conn:  # a transaction-level lock: released when this transaction ends
@@ -241,7 +249,7 @@ def _new_rdb_storage(url: str, engine_kwargs: dict[str, Any], *, create: bool) -
                     f"{_redact_url(url)} holds no study yet (none of Optuna's tables are there): run "
                     "'autotune sweep' first, or check the database name in the URL"
                 )
-            return RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create)
+            return RDBStorage(url, **options)
     finally:
         lock.dispose()
 

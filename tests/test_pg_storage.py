@@ -30,15 +30,20 @@ from tests.pg import PostgresServer
 OPEN = textwrap.dedent(
     """
     import sys
+    from autotune import report
     from autotune.study import open_storage, study_names
-    storage = open_storage(sys.argv[1], create=sys.argv[2] == "create")
+    if sys.argv[2] == "report":  # autotune report's own read-only opener
+        storage = report.open_storage(sys.argv[1])
+    else:
+        storage = open_storage(sys.argv[1], create=sys.argv[2] == "create")
     print("studies:", study_names(storage))
     """
 )
 
 
 def _opener(url: str, mode: str, tmp: Path) -> subprocess.Popen[str]:
-    """A process that opens ``url`` as the sweep (``create``) or a waiting worker (``read``) does."""
+    """A process that opens ``url`` as the sweep (``create``), a waiting worker (``read``) or
+    ``autotune report`` (``report``) does."""
     return subprocess.Popen(
         [sys.executable, "-c", OPEN, url, mode],
         cwd=REPO,
@@ -69,19 +74,19 @@ def _stamped(engine: sqlalchemy.Engine) -> bool:
 
 def test_openers_wait_for_a_setup_in_progress_and_write_nothing_into_it(pg_url: str, tmp_path: Path) -> None:
     """Deterministic: this test is the creator, stopped between creating Optuna's tables and
-    stamping them; a sweep and a polling worker arriving then both wait, then both succeed."""
+    stamping them; a sweep, a polling worker and a report arriving then all wait, then all succeed."""
     engine = sqlalchemy.create_engine(pg_url)
     procs: dict[str, subprocess.Popen[str]] = {}
     try:
         with engine.begin() as held:
             held.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_SETUP_LOCK_KEY})
             models.BaseModel.metadata.create_all(engine)  # the tables, not yet the version bookkeeping
-            procs = {mode: _opener(pg_url, mode, tmp_path) for mode in ("read", "create")}
+            procs = {mode: _opener(pg_url, mode, tmp_path) for mode in ("read", "create", "report")}
             deadline = time.monotonic() + 60
-            while _waiting_for_setup_lock(engine) < 2:
+            while _waiting_for_setup_lock(engine) < len(procs):
                 done = {m: p.returncode for m, p in procs.items() if p.poll() is not None}
                 assert not done and time.monotonic() < deadline, (
-                    f"expected both openers to wait for the set-up in progress; exited: {done}; "
+                    f"expected every opener to wait for the set-up in progress; exited: {done}; "
                     + " | ".join(f"{m}: {(tmp_path / f'{m}.out').read_text()}" for m in procs)
                 )
                 time.sleep(0.05)
