@@ -94,9 +94,15 @@ def open_storage(url: str, *, create: bool = True) -> RDBStorage:
         if create:  # a reader never writes, not even the journal mode
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
+                if not path.exists():
+                    _create_sqlite_file(path, engine_kwargs)
                 _enable_wal(path)
             except (OSError, sqlite3.Error) as exc:
                 raise StorageError(f"cannot open the study database {path}: {exc}") from None
+            except Exception as exc:  # sqlalchemy/optuna, making the new file's tables
+                raise StorageError(
+                    f"cannot create the study database {path}: {type(exc).__name__}: {exc}"
+                ) from None
     try:
         storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create)
         if path is not None and create:
@@ -139,6 +145,38 @@ def check_storage_url(url: str) -> str:
             "sqlite:///path/to/studies.db or postgresql://user@host/dbname"
         ) from None
     return url
+
+
+def _create_sqlite_file(path: Path, engine_kwargs: Mapping[str, Any]) -> None:
+    """Make a new study database complete (WAL, Optuna's tables, its schema version) under a
+    temporary name beside ``path``, then link it into place in one step.
+
+    Why: whoever opens a half-made file (``optuna trials``, optuna-dashboard, a second
+    ``autotune`` process) creates the missing tables too, and two of them stamping the
+    schema version at once fail with "UNIQUE constraint failed: alembic_version". A file
+    that appears only complete leaves nothing for anyone else to create. ``os.link``
+    never replaces: when another process links its file first, we use theirs.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.new")
+    try:
+        _enable_wal(tmp)
+        made = RDBStorage(f"sqlite:///{tmp.as_posix()}", engine_kwargs=dict(engine_kwargs))
+        made.engine.dispose()
+        conn = sqlite3.connect(str(tmp), timeout=SQLITE_TIMEOUT_S)
+        try:  # everything into the main file: the link below carries no -wal with it
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: theirs is just as complete
+        except OSError:
+            pass  # a file system without hard links: RDBStorage makes the tables in place, as before
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
 
 
 def _enable_wal(path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import study as st
+from autotune.dbfile import optuna_schema_versions
 from autotune.errors import StorageError, StudyMismatchError, UsageError
 
 SETTINGS: dict[str, Any] = {
@@ -289,6 +290,66 @@ def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "studies.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
+
+
+# A new database file appears complete, so no reader or second process ever creates tables in it.
+OPENERS = """
+import os, sys, time
+sys.path.insert(0, sys.argv[3])
+from autotune import study as st
+url, gate = sys.argv[1], sys.argv[2]
+while not os.path.exists(gate):
+    time.sleep(0.001)
+storage = st.open_storage(url)
+print(len(storage.get_all_studies()))
+"""
+
+
+def test_new_database_file_appears_only_complete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    db = tmp_path / "runs" / "studies.db"
+    seen: list[tuple[str, bool]] = []
+
+    class Spy(st.RDBStorage):
+        def __init__(self, url: str, **kwargs: Any) -> None:
+            seen.append((url, db.exists()))  # could a reader open the final file now?
+            super().__init__(url, **kwargs)
+
+    monkeypatch.setattr(st, "RDBStorage", Spy)
+    st.open_storage(f"sqlite:///{db}")
+    made_at, existed = seen[0]
+    assert made_at != f"sqlite:///{db}" and not existed  # the tables were made under another name
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] in optuna_schema_versions()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    assert sorted(p.name for p in db.parent.iterdir() if not p.name.startswith("studies.db")) == []
+
+
+def test_many_processes_opening_one_new_database_at_once_all_succeed(tmp_path: Path) -> None:
+    db, gate = tmp_path / "studies.db", tmp_path / "go"
+    root = str(Path(__file__).resolve().parents[1])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENERS, f"sqlite:///{db}", str(gate), root],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    gate.write_text("")  # all start at once
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [err for _, err in results]
+    assert [out.strip() for out, _ in results] == ["0"] * 6
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left
+
+
+def test_an_existing_database_is_opened_as_it_is(tmp_path: Path) -> None:
+    _open(tmp_path, name="kept")
+    again = st.open_storage(st.default_storage_url(tmp_path))
+    assert st.study_names(again) == ["kept"]
 
 
 def test_orphan_found_by_the_runners_mark_in_process_json(tmp_path: Path) -> None:
