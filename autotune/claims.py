@@ -15,11 +15,12 @@ not agree on the time) every few seconds; a claim not renewed within its ``lease
 a dead (or cut-off) worker: ``take_stale`` hands it to exactly one reaper (a compare-and-set that
 re-checks the age), which fails its trial as ``interrupted`` so the candidate is run again. A
 worker on the same machine and pid namespace as a dead claimer sees at once that its process is
-gone and does not wait for the lease. A taken claim stays ``stale`` until its trial is failed,
-then becomes ``reaped``: a reaper that dies in between (it is only a sweep, and may be killed
-too) leaves the claim ``stale`` and the next reaper finishes the job (``unfinished_reaps``). A reaped worker learns it at its next renewal (fencing):
+gone and does not wait for the lease. A reaped worker learns it at its next renewal (fencing):
 it stops its trial and records nothing, and it always renews right before it records a result,
-which leaves it a whole lease to do so before anyone may reap it.
+which leaves it a whole lease to do so before anyone may reap it. A taken claim stays ``stale``
+until its trial is failed, then becomes ``reaped``: a reaper that dies in between (it is only a
+sweep, and gets killed too) leaves the claim ``stale``, and the next reaper finishes the job
+(``unfinished_reaps``) instead of leaving the trial RUNNING for ever.
 """
 
 from __future__ import annotations
