@@ -28,11 +28,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import study as st
 from autotune.claims import Claim, ClaimBook, Heartbeat, WorkerIdentity
+from autotune.dbfile import redact_url
 from autotune.errors import AutotuneError, StorageError, StudyMismatchError, UsageError
 from autotune.nvml import Nvml
 from autotune.parallel import DEFAULT_LEASE_S, LinePrefixer, cards_for_parallel
 from autotune.probe import VisibleGpu, probe
 from autotune.sweep import Sweep, SweepInterrupted, SweepOptions, SweepResult, label
+from autotune.units import format_duration
 from autotune.workers import Reaped, Waiting, attach_or_fail, claim_next, fail_trial, reap_stale
 
 #: Study user attr with the options the sweep was started with, so ``autotune worker`` needs
@@ -471,7 +473,7 @@ def run_worker(
     """``autotune worker``: join a study another ``autotune sweep`` started, on one card or all."""
     st.validate_study_name(study)
     st.check_storage_url(storage)
-    stored = _wait_for_study(study, storage, wait_s)
+    stored = _wait_for_study(study, storage, wait_s, stream or sys.stderr)
     gpus = visible_gpus(nvml)
     pin: VisibleGpu | None = None
     siblings: list[VisibleGpu] = []
@@ -504,11 +506,19 @@ def run_worker(
         ) from None
 
 
-def _wait_for_study(name: str, url: str, wait_s: float) -> dict[str, Any]:
-    """The study's user attrs once it exists and holds the sweep's options (waits up to ``wait_s``)."""
+def _wait_for_study(name: str, url: str, wait_s: float, stream: TextIO) -> dict[str, Any]:
+    """The study's user attrs once it exists and holds the sweep's options (waits up to ``wait_s``).
+
+    Says once that it waits, and why, so a worker started before its sweep is not silent.
+    """
     deadline = time.monotonic() + wait_s
+    shown = redact_url(url)
+    said = False
     while True:
+        path = st.sqlite_path(url)
         try:
+            if path is not None and not path.exists():  # the sweep has not created it yet
+                raise StorageError(f"no study database at {path} yet")
             storage = st.open_storage(url, create=False)
             if name in st.study_names(storage):
                 attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
@@ -516,14 +526,21 @@ def _wait_for_study(name: str, url: str, wait_s: float) -> dict[str, Any]:
                     storage.engine.dispose()
                     return dict(attrs)
             storage.engine.dispose()
-            problem = f"no study {name!r} in {url} yet"
+            problem = f"no study {name!r} in {shown} yet"
         except StorageError as exc:
             problem = str(exc)
         if time.monotonic() >= deadline:
             raise StorageError(
-                f"{problem}; start it with 'autotune sweep --study {name} --storage {url} ...' (on any "
+                f"{problem}; start it with 'autotune sweep --study {name} --storage {shown} ...' (on any "
                 "machine), or let this worker wait for it with --wait DURATION"
             )
+        if not said:
+            print(
+                f"waiting up to {format_duration(wait_s)} for study {name!r}: {problem}",
+                file=stream,
+                flush=True,
+            )
+            said = True
         time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
 
 

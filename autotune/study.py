@@ -104,7 +104,7 @@ def open_storage(url: str, *, create: bool = True) -> RDBStorage:
                     f"cannot create the study database {path}: {type(exc).__name__}: {exc}"
                 ) from None
     try:
-        storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create)
+        storage = _new_rdb_storage(url, engine_kwargs, create=create)
         if path is not None and create:
             _fast_sqlite_commits(storage)
         return storage
@@ -113,6 +113,8 @@ def open_storage(url: str, *, create: bool = True) -> RDBStorage:
             f"the database driver for {_redact_url(url)} is not installed ({exc}); "
             "for PostgreSQL install the 'postgres' extra: pip install 'autotune[postgres]'"
         ) from None
+    except StorageError:
+        raise  # ours: it says what and where already
     except Exception as exc:  # sqlalchemy/optuna raise many kinds; all mean the same to a user
         raise StorageError(
             f"cannot open the study database {_redact_url(url)}: {type(exc).__name__}: {exc}"
@@ -201,6 +203,47 @@ def _fast_sqlite_commits(storage: RDBStorage) -> None:
 
     event.listen(storage.engine, "connect", on_connect)
     storage.engine.dispose()  # connections made before the listener reconnect with it
+
+
+# --- PostgreSQL: Optuna's start-up, one process at a time -------------------------------------------
+
+#: Advisory lock key ("autotune" in ASCII) under which Optuna sets its tables up in PostgreSQL.
+PG_SETUP_LOCK_KEY = int.from_bytes(b"autotune", "big")
+#: How long opening a PostgreSQL study database waits for another process's start-up to end.
+PG_SETUP_LOCK_TIMEOUT_S = 120
+
+
+def _new_rdb_storage(url: str, engine_kwargs: dict[str, Any], *, create: bool) -> RDBStorage:
+    """``RDBStorage(url)``; on PostgreSQL its start-up runs under a database-wide advisory lock.
+
+    Why: Optuna's start-up writes even with ``skip_table_creation``: once the tables exist it
+    adds the version row and stamps ``alembic_version``. On a fresh database, a worker polling
+    for the study (``create=False``) and the sweep creating it stamped at the same moment and
+    one of them died on ``alembic_version`` (UniqueViolation or DuplicateTable): when it was the
+    sweep, its workers waited for a study that never came. Under the lock every start-up sees
+    the schema either absent or complete. It is held only for the start-up (milliseconds) and
+    ends with its transaction, whatever happens. SQLite is set up in ``open_storage`` itself.
+    """
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    if make_url(url).get_backend_name() != "postgresql":
+        return RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create)
+    lock = sqlalchemy.create_engine(url, poolclass=NullPool, **engine_kwargs)
+    try:
+        with lock.begin() as conn:  # a transaction-level lock: released when this transaction ends
+            conn.execute(sqlalchemy.text(f"SET LOCAL lock_timeout = '{PG_SETUP_LOCK_TIMEOUT_S}s'"))
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SETUP_LOCK_KEY})
+            if not create and not sqlalchemy.inspect(conn).has_table("version_info"):
+                # Optuna would say "exceeding max length" here: say what it is (a worker polls on it).
+                raise StorageError(
+                    f"{_redact_url(url)} holds no study yet (none of Optuna's tables are there): run "
+                    "'autotune sweep' first, or check the database name in the URL"
+                )
+            return RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create)
+    finally:
+        lock.dispose()
 
 
 def _redact_url(url: str) -> str:

@@ -86,12 +86,37 @@ def _opts(tmp: Path, storage: str, **kw: Any) -> SweepOptions:
     return SweepOptions(**base)
 
 
-def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
+def _wait_for(
+    predicate: Callable[[], bool],
+    what: str,
+    timeout_s: float = 90.0,
+    *,
+    watch: tuple[Path, dict[str, subprocess.Popen[str]]] | None = None,
+) -> None:
+    """Poll ``predicate``; ``watch`` = (tmp, {name: process}) whose output ``_start`` captured.
+
+    A watched process that exits ends the wait at once (what it waited for may never come),
+    and any failure shows every watched process's state and output, so a flake says why.
+    """
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        exited = [n for n, p in (watch[1] if watch else {}).items() if p.poll() is not None]
+        if exited or time.monotonic() > deadline:
+            why = f"{', '.join(exited)} exited" if exited else f"timed out after {timeout_s}s"
+            raise AssertionError(f"{why} waiting for {what}{_report(*watch) if watch else ''}")
         time.sleep(0.05)
+
+
+def _report(tmp: Path, procs: dict[str, subprocess.Popen[str]]) -> str:
+    """Each process's exit status and the tail of its stderr and stdout, for a failure message."""
+    out = []
+    for name, proc in procs.items():
+        rc = proc.poll()
+        out.append(f"\n--- {name} (pid {proc.pid}): {'running' if rc is None else f'exited {rc}'}")
+        for stream in ("err", "out"):
+            text = _text(tmp, name, stream)
+            out.append(f"  {name}.{stream}: " + (text[-3000:] if text else "(empty)"))
+    return "\n".join(out)
 
 
 def _max_overlap(tmp: Path) -> int:
@@ -181,6 +206,35 @@ def test_worker_usage_errors(
         run_worker(study, url, nvml=FakeNvml([CARD]), stream=io.StringIO(), **args)
 
 
+def test_a_worker_started_before_its_sweep_says_it_waits_and_joins_once_the_study_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    for key, value in _fake_env(tmp_path, sleep_s=0.05).items():
+        monkeypatch.setenv(key, value)
+    url = f"sqlite:///{tmp_path / 'runs' / 'studies.db'}"  # no database yet: the sweep makes it
+    out, got = io.StringIO(), {}
+
+    def worker() -> None:
+        try:
+            got["result"] = run_worker("s", url, nvml=FakeNvml([CARD]), stream=out, wait_s=120)
+        except BaseException as exc:
+            got["error"] = exc
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    _wait_for(
+        lambda: "waiting up to 2m00s for study 's'" in out.getvalue() or "error" in got, "the worker to wait"
+    )
+    assert "error" not in got, got["error"]
+    assert "no study database at" in out.getvalue()
+    run_sweep(_opts(tmp_path, url, max_trials=1), nvml=FakeNvml([CARD]), stream=io.StringIO(), tty=False)
+    thread.join(timeout=120)
+    assert not thread.is_alive() and "error" not in got, (got, out.getvalue())
+    assert got["result"].study == "s"
+
+
 # --- several machines, one PostgreSQL study -----------------------------------------------------
 
 
@@ -241,13 +295,14 @@ def test_three_workers_share_one_postgres_study_and_run_nothing_twice(pg_url: st
     sweep = _start(
         _sweep_argv(tmp_path, pg_url), {**env, "PINNED_FAKE_BASELINE_WAITS_FOR": str(go)}, tmp_path, "sweep"
     )
+    watch = (tmp_path, {**dict(zip(names, workers, strict=True)), "sweep": sweep})
     try:  # the baseline runs alone while the workers join and wait for its verdict
         for n in names:
-            _wait_for(lambda n=n: "waiting:" in _text(tmp_path, n), f"worker {n} to join")
+            _wait_for(lambda n=n: "waiting:" in _text(tmp_path, n), f"worker {n} to join", watch=watch)
         go.touch()
-        assert _finish(sweep) == 0, _text(tmp_path, "sweep")
+        assert _finish(sweep) == 0, _report(*watch)
         for w, n in zip(workers, names, strict=True):
-            assert _finish(w, 120) == 0, _text(tmp_path, n)
+            assert _finish(w, 120) == 0, _report(*watch)
             assert "worker on study s: done" in _text(tmp_path, n, "out")
     finally:
         _kill_left(*workers, sweep)
@@ -284,7 +339,11 @@ def test_a_killed_worker_trial_is_run_again_by_another(pg_url: str, tmp_path: Pa
         "first",
     )
     try:
-        _wait_for(lambda: bool(_launches(tmp_path)), "the first sweep to start its baseline")
+        _wait_for(
+            lambda: bool(_launches(tmp_path)),
+            "the first sweep to start its baseline",
+            watch=(tmp_path, {"first": first}),
+        )
         first.send_signal(signal.SIGINT)
         assert _finish(first, 60) == 130, _text(tmp_path, "first")
     finally:
@@ -297,12 +356,18 @@ def test_a_killed_worker_trial_is_run_again_by_another(pg_url: str, tmp_path: Pa
     )
     sweep = None
     try:
-        _wait_for(lambda: hang.exists() and len(hang.read_text().split()) == 2, "the worker's trial to hang")
+        _wait_for(
+            lambda: hang.exists() and len(hang.read_text().split()) == 2,
+            "the worker's trial to hang",
+            watch=(tmp_path, {"w": worker}),
+        )
         trainer_pid, parent = map(int, hang.read_text().split())
         assert parent == worker.pid
         sweep = _start(_sweep_argv(tmp_path, pg_url), _fake_env(tmp_path, sleep_s=0.2), tmp_path, "sweep")
         _wait_for(
-            lambda: "waiting:" in _text(tmp_path, "sweep"), "the sweep to wait for the worker's baseline"
+            lambda: "waiting:" in _text(tmp_path, "sweep"),
+            "the sweep to wait for the worker's baseline",
+            watch=(tmp_path, {"w": worker, "sweep": sweep}),
         )
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
