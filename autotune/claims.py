@@ -17,7 +17,10 @@ re-checks the age), which fails its trial as ``interrupted`` so the candidate is
 worker on the same machine and pid namespace as a dead claimer sees at once that its process is
 gone and does not wait for the lease. A reaped worker learns it at its next renewal (fencing):
 it stops its trial and records nothing, and it always renews right before it records a result,
-which leaves it a whole lease to do so before anyone may reap it.
+which leaves it a whole lease to do so before anyone may reap it. A taken claim stays ``stale``
+until its trial is failed, then becomes ``reaped``: a reaper that dies in between (it is only a
+sweep, and gets killed too) leaves the claim ``stale``, and the next reaper finishes the job
+(``unfinished_reaps``) instead of leaving the trial RUNNING for ever.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ from sqlalchemy.engine import Engine
 from autotune.errors import StorageError
 
 TABLE_NAME = "autotune_claims"
-RUNNING, DONE, STALE = "running", "done", "stale"
+#: Claim states. ``stale``: taken from a dead worker, its trial maybe not failed yet (the reaper
+#: may have died too); ``reaped``: its trial is failed (or was finished), nothing left to do.
+RUNNING, DONE, STALE, REAPED = "running", "done", "stale", "reaped"
 
 _METADATA = sa.MetaData()
 CLAIMS = sa.Table(
@@ -287,6 +292,21 @@ class ClaimBook:
             return 0.0, []  # nothing in flight: no clock needed
         return float(result[0].db_now), [_row(r) for r in result]
 
+    def unfinished_reaps(self) -> list[ClaimRow]:
+        """Claims taken from dead workers whose reaping may not be over: their trial may still be
+        RUNNING, their trainer still alive (the reaper was killed in between, or is at it now)."""
+        c = CLAIMS.c
+        q = sa.select(CLAIMS).where(c.study_id == self.study_id, c.state == STALE)
+        with self.engine.connect() as conn:
+            return [_row(r) for r in conn.execute(q)]
+
+    def mark_reaped(self, row: ClaimRow) -> None:
+        """The stale claim's trial is failed (or was finished): nobody needs to look at it again."""
+        c = CLAIMS.c
+        where = sa.and_(self._pk(row.key, row.seen), c.state == STALE)
+        with self.engine.begin() as conn:
+            conn.execute(CLAIMS.update().where(where).values(state=REAPED))
+
     def all_claims(self) -> list[ClaimRow]:
         q = sa.select(CLAIMS).where(CLAIMS.c.study_id == self.study_id)
         with self.engine.connect() as conn:
@@ -297,8 +317,8 @@ class ClaimBook:
 
         Expired leases are re-checked inside the UPDATE, so a worker that renewed a moment
         ago keeps its claim. A taken claim without a trial is deleted (its run number is free
-        again); one with a trial is marked stale, and the caller must fail that trial. Each
-        comes with the reason, in words.
+        again); one with a trial is marked stale, and the caller must fail that trial, then
+        ``mark_reaped`` the claim. Each comes with the reason, in words.
         """
         c = CLAIMS.c
         now, rows = self._in_flight_at()

@@ -95,10 +95,10 @@ class ClaimedStudy(st.SweepStudy):
     def recover_stale(self, me: st.Orchestrator, *, kill: Any = None) -> list[st.Recovered]:
         """Fail the trials of dead workers (claims) and of dead unclaimed sweeps on this machine."""
         self.refresh()
-        out = []
-        for r in reap_stale(self.study, self.book):
-            killed = st.end_trial_processes(self.trial(r.number)) if r.local else []
-            out.append(st.Recovered(r.number, r.params, killed))
+        out = [
+            st.Recovered(r.number, r.params, list(r.killed))
+            for r in reap_stale(self.study, self.book, end_processes=self.end_processes)
+        ]
         claimed = {c.trial_id for c in self.book.all_claims()}
         for t in self.trials((TrialState.RUNNING,)):
             if t._trial_id in claimed:
@@ -112,6 +112,11 @@ class ClaimedStudy(st.SweepStudy):
             ):
                 out.append(st.Recovered(t.number, dict(t.params), killed))
         return out
+
+    def end_processes(self, trial_id: int) -> list[int]:
+        """End what is left of a dead worker's trial on this machine (its trainer has its own
+        session, so it outlives the worker and holds the card); the pids ended."""
+        return st.end_trial_processes(self.storage.get_trial(trial_id))
 
     def start_trial(
         self, params: Mapping[str, Any], dists: Mapping[str, Any], attrs: Mapping[str, Any]
@@ -299,7 +304,14 @@ class SharedSweep(Sweep):
                 cand = strategy.next_candidate(history)
                 return None if cand is None else {k: st.to_study_value(v) for k, v in cand.params.items()}
 
-            step = claim_next(study.study, study.book, propose, on_reaped=self._say_reaped, read_trials=fresh)
+            step = claim_next(
+                study.study,
+                study.book,
+                propose,
+                on_reaped=self._say_reaped,
+                read_trials=fresh,
+                end_processes=study.end_processes,
+            )
             if step is None:
                 return "done"
             if isinstance(step, Waiting):
@@ -333,11 +345,8 @@ class SharedSweep(Sweep):
                 self.progress.line(f"{what}; another worker runs that candidate, going on with the next one")
 
     def _say_reaped(self, r: Reaped) -> None:
-        """A dead worker's trial was failed: end what is left of it here, and say so."""
-        killed: list[int] = []
-        if r.local:  # its trainer may outlive the worker (own session): it holds the card
-            killed = st.end_trial_processes(self.study.trial(r.number))
-        ended = f"; its leftover processes ({', '.join(map(str, killed))}) were ended" if killed else ""
+        """A dead worker's trial was failed (its leftover processes here ended first): say so."""
+        ended = f"; its leftover processes ({', '.join(map(str, r.killed))}) were ended" if r.killed else ""
         self.progress.line(f"trial {r.number} ({label(r.params)}) {r.reason}{ended}")
 
     # sibling workers, one thread per card of this machine

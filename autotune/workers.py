@@ -56,6 +56,12 @@ class Reaped:
     params: dict[str, Any]
     reason: str
     local: bool  # the dead worker ran on this machine (same pid space): its leftovers can be ended here
+    killed: tuple[int, ...] = ()  # the leftover processes ended here (``end_processes``)
+
+
+#: Ends what is left of a dead worker's trial on this machine (its trainer may outlive the worker:
+#: own session); given the trial's id, returns the pids it ended.
+EndProcesses = Callable[[int], Sequence[int]]
 
 
 def fail_trial(
@@ -71,18 +77,37 @@ def fail_trial(
         return False
 
 
-def reap_stale(study: optuna.Study, book: ClaimBook) -> list[Reaped]:
-    """Fail the trials of workers that died; each is failed by one reaper only."""
+def reap_stale(
+    study: optuna.Study, book: ClaimBook, *, end_processes: EndProcesses | None = None
+) -> list[Reaped]:
+    """Fail the trials of workers that died; each is failed by one reaper only.
+
+    In this order, so that a reaper killed at any point (a sweep is SIGKILLed like any process)
+    leaves work the next reaper finishes, never a trial RUNNING forever or a trainer nobody ends:
+    take the claim (``take_stale``: ``stale``, its worker fenced); end the dead worker's leftover
+    processes when it ran on this machine (``end_processes``) while its trial still RUNS; fail the
+    trial as interrupted; mark the claim ``reaped``. Claims left ``stale`` by a reaper that stopped
+    on the way (``unfinished_reaps``) are finished here the same way. Several reapers finishing
+    the same claim at once is harmless: ending processes twice ends them once, and only one of
+    them fails the trial (the others find it finished) and reports it.
+    """
+    why_unfinished = "its worker ({}) stopped, and so did the worker that took its claim before recording it"
+    todo = [(row, why_unfinished.format(row.worker)) for row in book.unfinished_reaps()]
+    todo += book.take_stale()
     reaped = []
-    for row, why in book.take_stale():
+    storage = study._storage
+    for row, why in todo:
         if row.trial_id is None:
             continue  # claimed, but its trial was never created: the claim is simply gone
-        number = study._storage.get_trial_number_from_id(row.trial_id)
+        local = row.place == book.worker.place
+        trial = storage.get_trial(row.trial_id)
+        killed: Sequence[int] = ()
+        if local and end_processes is not None and trial.state == TrialState.RUNNING:
+            killed = end_processes(row.trial_id)  # before the trial is failed: see above
         reason = f"interrupted: {why}; the candidate will be run again"
         if fail_trial(study, row.trial_id, reason):
-            reaped.append(
-                Reaped(number=number, params=row.params, reason=reason, local=row.place == book.worker.place)
-            )
+            reaped.append(Reaped(trial.number, row.params, reason, local, tuple(killed)))
+        book.mark_reaped(row)
     return reaped
 
 
@@ -128,6 +153,7 @@ def claim_next(
     *,
     on_reaped: Callable[[Reaped], None] | None = None,
     read_trials: Callable[[], Sequence[FrozenTrial]] | None = None,
+    end_processes: EndProcesses | None = None,
 ) -> Claim | Waiting | None:
     """Claim the strategy's next candidate; the caller then creates its trial and ``attach``-es it.
 
@@ -136,11 +162,11 @@ def claim_next(
     snapshot does not show as RUNNING yet, and returns params or None. Returns the claim,
     ``Waiting`` (None proposed while work is in flight: look again later) or None (done).
     ``read_trials`` reads the study's trials afresh (default: ``study.get_trials``); a strategy
-    that reads them itself should read that same snapshot.
+    that reads them itself should read that same snapshot. ``end_processes``: see ``reap_stale``.
     """
     read = read_trials or (lambda: study.get_trials(deepcopy=False))
     for _ in range(MAX_LOST_RACES):
-        for r in reap_stale(study, book):
+        for r in reap_stale(study, book, end_processes=end_processes):
             if on_reaped is not None:
                 on_reaped(r)
         # Trials first, then claims: a claim made after the trials were read still shows as
@@ -185,10 +211,11 @@ def start_next(
     *,
     user_attrs: Mapping[str, Any] | None = None,
     on_reaped: Callable[[Reaped], None] | None = None,
+    end_processes: EndProcesses | None = None,
 ) -> Started | Waiting | None:
     """``claim_next``, then create the claimed candidate's RUNNING trial (params set) and attach it."""
     while True:
-        step = claim_next(study, book, propose, on_reaped=on_reaped)
+        step = claim_next(study, book, propose, on_reaped=on_reaped, end_processes=end_processes)
         if not isinstance(step, Claim):
             return step
         params = step.params

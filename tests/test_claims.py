@@ -6,6 +6,7 @@ all want the same candidate. Dead workers are made by SIGKILL.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -19,7 +20,9 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
+from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
+from sqlalchemy.engine import Engine
 
 from autotune.claims import (
     ClaimBook,
@@ -31,6 +34,7 @@ from autotune.claims import (
     process_is_gone,
     sqlite_timeout_engine,
 )
+from autotune.workers import create_running_trial, fail_trial, reap_stale
 from tests.conftest import FAKES
 
 WORKER = FAKES / "claim_worker.py"
@@ -181,6 +185,87 @@ def test_a_dead_claimer_on_this_machine_is_reaped_without_waiting_for_its_lease(
     assert row.trial_id is None and "gone" in why
     # A claim without a trial is deleted: the same run number may be claimed again.
     assert reaper.try_claim({"x": 5}, seen=0) is not None
+    engine.dispose()
+
+
+class _ReaperDied(Exception):
+    """Stands for the SIGKILL of a reaper (it is only a sweep) at one point of its work."""
+
+
+def _claim_of_a_dead_worker(study: optuna.Study, engine: Engine) -> int:
+    """A RUNNING trial tied to the claim of a worker of this machine that was SIGKILLed; its id."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ghost = dataclasses.replace(
+        WorkerIdentity.current(), name="ghost", pid=child.pid,
+        pid_started=round(psutil.Process(child.pid).create_time(), 3),
+    )  # fmt: skip
+    child.kill()
+    child.wait()
+    dead = ClaimBook(engine, study._study_id, worker=ghost, lease_s=3600)
+    claim = dead.try_claim({"x": 1}, seen=0)
+    trial_id, _ = create_running_trial(study, {"x": 1}, {"x": IntDistribution(0, 7)})
+    assert claim is not None and dead.attach(claim, trial_id)
+    return trial_id
+
+
+def _die_after_taking(study: optuna.Study, book: ClaimBook) -> None:
+    book.take_stale()
+
+
+def _die_while_ending_processes(study: optuna.Study, book: ClaimBook) -> None:
+    def dies(trial_id: int) -> list[int]:
+        raise _ReaperDied
+
+    with pytest.raises(_ReaperDied):
+        reap_stale(study, book, end_processes=dies)
+
+
+def _die_after_failing(study: optuna.Study, book: ClaimBook) -> None:
+    [(row, why)] = book.take_stale()
+    assert row.trial_id is not None and fail_trial(study, row.trial_id, f"interrupted: {why}")
+
+
+@pytest.mark.parametrize(
+    ("dies", "still_running"),
+    [
+        (_die_after_taking, True),  # the CI flake: the trial stayed RUNNING for ever
+        (_die_while_ending_processes, True),  # the trainer is not ended yet: the trial still runs
+        (_die_after_failing, False),  # only the claim's last mark is missing
+    ],
+)
+def test_a_reaper_killed_midway_leaves_the_rest_to_the_next_reaper(
+    db_url: str, dies: Callable[[optuna.Study, ClaimBook], None], still_running: bool
+) -> None:
+    study = _study(db_url)
+    engine = sqlite_timeout_engine(db_url)
+    trial_id = _claim_of_a_dead_worker(study, engine)
+    me = WorkerIdentity.current()
+    dies(study, ClaimBook(engine, study._study_id, worker=me))
+    [trial] = study.get_trials()
+    assert (trial.state == TrialState.RUNNING) == still_running
+    assert [c.state for c in ClaimBook(engine, study._study_id).all_claims()] == ["stale"]
+
+    states_when_ended: list[TrialState] = []
+
+    def end_processes(tid: int) -> list[int]:
+        assert tid == trial_id
+        states_when_ended.append(study._storage.get_trial(tid).state)
+        return [4242]
+
+    nxt = ClaimBook(engine, study._study_id, worker=me)
+    reaped = reap_stale(study, nxt, end_processes=end_processes)
+    [trial] = study.get_trials()
+    assert trial.state == TrialState.FAIL and trial.user_attrs["outcome"] == "interrupted"
+    if still_running:  # leftovers are ended while the trial still runs, then it is failed
+        assert states_when_ended == [TrialState.RUNNING]
+        [r] = reaped
+        assert (r.number, r.params, r.local, r.killed) == (0, {"x": 1}, True, (4242,))
+        assert "ghost" in r.reason and "the candidate will be run again" in r.reason
+    else:  # already failed (and its processes ended): nothing to do but the mark
+        assert states_when_ended == [] and reaped == []
+    assert [c.state for c in nxt.all_claims()] == ["reaped"]
+    assert reap_stale(study, nxt, end_processes=end_processes) == []  # done once for all
+    assert len(states_when_ended) == int(still_running)
     engine.dispose()
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from autotune.claims import ClaimBook, sqlite_timeout_engine
 from tests.conftest import FAKES, REPO
 from tests.fakes import sweep_trainer
 
@@ -264,6 +265,59 @@ def test_sigkill_at_random_moments_then_resume_gives_the_same_best(
     assert all(t["state"] != "RUNNING" for t in trials)
     assert not [line[4] for line in _launches(tmp_path) if _pid_alive(line[4])]  # no orphan left
     print(f"seed {seed}: {kills} kills, {sum(interrupted.values())} trials interrupted and re-run")
+
+
+def test_a_sweep_killed_while_it_reaped_a_dead_sweeps_trial_leaves_the_next_one_to_finish_it(
+    clean_small: dict[str, Any], tmp_path: Path
+) -> None:
+    """The moment the random kills above hit once in a while (CI, seed 11): SIGKILL the sweep that
+    is reaping a dead sweep's trial after it took the claim but before it failed the trial.
+
+    The first sweep is killed while its baseline waits at the gate (its trainer lives on, in its
+    own session); then the claim is taken exactly as the resumed sweep's reaper takes it, and that
+    reaper "dies" there. The sweep after must still end the orphan, record the trial interrupted
+    and run it again: it used to skip the taken claim's trial, which stayed RUNNING for ever (the
+    strategy took it for a trial running elsewhere and explored other candidates instead).
+    """
+    gate = tmp_path / "gate"  # never created: the first sweep's trainer would wait 120 s
+    first = subprocess.Popen(
+        _argv(tmp_path, "--max-batch-size", "2"),
+        env=_env(tmp_path, SWEEP_FAKE_GATE=str(gate)), cwd=tmp_path,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _launches(tmp_path):
+        assert first.poll() is None and time.monotonic() < deadline, "the baseline never started"
+        time.sleep(0.02)
+    first.kill()
+    first.wait()
+    [orphan] = [line[4] for line in _launches(tmp_path)]
+    assert _pid_alive(orphan)
+
+    db = tmp_path / "runs" / "studies.db"
+    conn = sqlite3.connect(db)
+    try:
+        [(study_id,)] = conn.execute("SELECT study_id FROM studies").fetchall()
+    finally:
+        conn.close()
+    engine = sqlite_timeout_engine(f"sqlite:///{db}")
+    try:  # the trainer runs, so its trial is tied to its claim: the reaper takes it, and dies here
+        [(row, _)] = ClaimBook(engine, study_id).take_stale()
+    finally:
+        engine.dispose()
+    assert row.trial_id is not None and [t["state"] for t in _trials(tmp_path)] == ["RUNNING"]
+
+    final = _sweep(tmp_path, "--max-batch-size", "2")
+    assert final.returncode == 0, final.stderr
+    assert not _pid_alive(orphan)
+    trials = _trials(tmp_path)
+    assert trials[0]["state"] == "FAIL" and trials[0]["attrs"]["outcome"] == "interrupted"
+    assert all(t["state"] != "RUNNING" for t in trials)
+    finished = sorted(_key(t["params"]) for t in trials[1:])
+    assert finished == sorted(_key(t["params"]) for t in clean_small["trials"])
+    assert (
+        _best_line(final.stdout).split(":", 2)[2] == _best_line(clean_small["proc"].stdout).split(":", 2)[2]
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
