@@ -513,9 +513,9 @@ def _wait_for_study(name: str, url: str, wait_s: float, stream: TextIO) -> dict[
     """
     deadline = time.monotonic() + wait_s
     shown = redact_url(url)
+    path = st.sqlite_path(url)
     said = False
     while True:
-        path = st.sqlite_path(url)
         try:
             if path is not None and not path.exists():  # the sweep has not created it yet
                 raise StorageError(f"no study database at {path} yet")
