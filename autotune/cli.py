@@ -84,7 +84,7 @@ def _add_probe(sub: argparse._SubParsersAction) -> None:
 def _cmd_probe(args: argparse.Namespace) -> int:
     import json
 
-    from autotune.probe import probe
+    from autotune.gpu.probe import probe
 
     result = probe()
     print(json.dumps(result.to_json(), indent=2) if args.json else result.render_text())
@@ -178,7 +178,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from autotune.plan import make_plan, write_plan
+    from autotune.config.plan import make_plan, write_plan
 
     plan = make_plan(
         trainer=args.trainer,
@@ -217,7 +217,7 @@ def _positive_int(flag: str) -> Callable[[str], int]:
 
 def _duration(flag: str) -> Callable[[str], float]:
     def parse(text: str) -> float:
-        from autotune.units import parse_duration
+        from autotune.core.units import parse_duration
 
         try:
             return parse_duration(text)
@@ -243,14 +243,14 @@ def _fraction(text: str) -> float:
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    from autotune.sweep import (
+    from autotune.core.units import format_duration
+    from autotune.sweep.engine import (
         DEFAULT_HEADROOM,
         DEFAULT_MAX_BATCH_SIZE,
         DEFAULT_STALL_TIMEOUT_S,
         DEFAULT_STEPS,
         DEFAULT_TRIAL_TIMEOUT_S,
     )
-    from autotune.units import format_duration
 
     p = sub.add_parser(
         "sweep",
@@ -375,7 +375,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep_options(args: argparse.Namespace) -> Any:
-    from autotune.sweep import SweepOptions
+    from autotune.sweep.engine import SweepOptions
 
     trainer = args.trainer or ("command" if args.cmd else None)
     if args.cmd and trainer != "command":
@@ -412,8 +412,8 @@ def _sweep_options(args: argparse.Namespace) -> Any:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import optuna
 
-    from autotune.scaleout import run_sweep
-    from autotune.sweep import SweepInterrupted
+    from autotune.sweep.engine import SweepInterrupted
+    from autotune.sweep.shared import run_sweep
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # autotune prints its own progress
     opts = _sweep_options(args)
@@ -446,8 +446,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _add_scaleout_flags(p: argparse.ArgumentParser) -> None:
     """Flags ``sweep`` and ``worker`` share: how workers on one study find out about each other."""
-    from autotune.parallel import DEFAULT_LEASE_S
-    from autotune.units import format_duration
+    from autotune.core.units import format_duration
+    from autotune.sweep.parallel import DEFAULT_LEASE_S
 
     if p.prog.endswith(" sweep"):
         p.add_argument(
@@ -524,8 +524,8 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:
 def _cmd_worker(args: argparse.Namespace) -> int:
     import optuna
 
-    from autotune.scaleout import run_worker
-    from autotune.sweep import SweepInterrupted
+    from autotune.sweep.engine import SweepInterrupted
+    from autotune.sweep.shared import run_worker
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -565,7 +565,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     import optuna
 
-    from autotune import status
+    from autotune.report import status
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     info = status.collect(storage=args.storage, workdir=args.workdir, study=args.study)
@@ -579,7 +579,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 # --- report ------------------------------------------------------------------------------------
 
 
-REPORT_FORMATS_CLI = ("md", "html", "json")  # autotune.report.REPORT_FORMATS, without importing optuna
+REPORT_FORMATS_CLI = ("md", "html", "json")  # autotune.report.build.REPORT_FORMATS, without importing optuna
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
@@ -631,7 +631,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from autotune import report as rep
+    from autotune.report import build as rep
 
     workdir = Path(args.workdir) if args.workdir else None
     storage = args.storage or rep.default_storage(workdir)

@@ -1,6 +1,6 @@
 """The strategies autotune's search is benchmarked against (issue 8), behind one shape.
 
-Each class takes what ``autotune.strategy.Strategy`` takes, ``(space, baseline, card_gb,
+Each class takes what ``autotune.core.strategy.Strategy`` takes, ``(space, baseline, card_gb,
 headroom)``, and answers ``next_candidate(history)`` (None = done), ``best(history)`` and
 ``ruled_out(history)`` (always empty: none of them reasons about dominance). So one driver
 runs them all, in-process on simulated landscapes or inside the real sweep loop in place of
@@ -41,8 +41,8 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 
-from autotune.space import Candidate, ParamValue, Space
-from autotune.strategy import Observation, Verdict
+from autotune.core.space import Candidate, ParamValue, Space
+from autotune.core.strategy import Observation, Verdict
 
 #: Outcomes that say "too big for the card".
 OOM = "oom"

@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from autotune.space import Candidate, Space  # noqa: E402
-from autotune.strategy import Observation, Strategy  # noqa: E402
+from autotune.core.space import Candidate, Space  # noqa: E402
+from autotune.core.strategy import Observation, Strategy  # noqa: E402
 from scripts import bench_strategies as bs  # noqa: E402
 from tests.fakes.landscape import KNOBS_YAML, Landscape, suite  # noqa: E402
 
@@ -265,10 +265,10 @@ def sweep_with(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv[:cut])
     rest = argv[cut + 1 :]
-    import autotune.strategy
+    import autotune.core.strategy
     from autotune import cli
 
-    autotune.strategy.Strategy = factory(args.name, tpe_budget=args.tpe_budget, seed=args.seed)  # type: ignore[misc,assignment]
+    autotune.core.strategy.Strategy = factory(args.name, tpe_budget=args.tpe_budget, seed=args.seed)  # type: ignore[misc,assignment]
     return int(cli.main(rest) or 0)
 
 

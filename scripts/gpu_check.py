@@ -153,7 +153,7 @@ def probe() -> tuple[Check, float | None]:
 
 def nvml_used_gb() -> float | None:
     try:
-        from autotune.nvml import open_nvml
+        from autotune.gpu.nvml import open_nvml
 
         nv = open_nvml()
         return sum(nv.memory_used_bytes(d.index) for d in nv.devices()) / 1024**3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from autotune.nvml import GIB, DeviceInfo, Nvml, NvmlUnavailable
+from autotune.gpu.nvml import GIB, DeviceInfo, Nvml, NvmlUnavailable
 
 
 class FakeNvml:

@@ -18,10 +18,10 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 from sqlalchemy import event
 
-from autotune.launch import LaunchSpec
-from autotune.metrics import TrialMetrics
+from autotune.config.yamlconf import RoundTripConfig, load_yaml
+from autotune.core.metrics import TrialMetrics
+from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
-from autotune.yamlconf import RoundTripConfig, load_yaml
 
 TEST_TRAINER = "yaml-test"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.strategy import Observation
+from autotune.core.strategy import Observation
 from scripts import bench_strategies as bs
 from scripts import bench_sweep as bench
 from tests.fakes.landscape import Landscape, generate, suite

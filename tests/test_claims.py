@@ -24,7 +24,7 @@ from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 from sqlalchemy.engine import Engine
 
-from autotune.claims import (
+from autotune.store.claims import (
     ClaimBook,
     Heartbeat,
     WorkerIdentity,
@@ -34,7 +34,7 @@ from autotune.claims import (
     process_is_gone,
     sqlite_timeout_engine,
 )
-from autotune.workers import create_running_trial, fail_trial, reap_stale
+from autotune.store.workers import create_running_trial, fail_trial, reap_stale
 from tests.conftest import FAKES
 
 WORKER = FAKES / "claim_worker.py"

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.launch import LaunchSpec
-from autotune.runner import RunLimits, TrialOutputError, run_trial
+from autotune.execution.launch import LaunchSpec
+from autotune.execution.runner import RunLimits, TrialOutputError, run_trial
 from tests.faultfs import read_only, small_tmpfs
 
 LIMITS = RunLimits(wall_timeout_s=60, stall_timeout_s=60, grace_s=1)
@@ -68,8 +68,8 @@ def test_read_only_trial_folder_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_the_memory_timeline_gives_way_on_a_full_disk(tmp_path: Path) -> None:
     """memory.csv is written from a thread: a full disk there stops the timeline, not the trial."""
-    from autotune.monitor import ResourceMonitor
-    from autotune.proctree import ProcessTree
+    from autotune.execution.monitor import ResourceMonitor
+    from autotune.execution.proctree import ProcessTree
 
     monitor = ResourceMonitor(interval_s=0.01)
     csv = tmp_path / "memory.csv"

@@ -13,12 +13,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.gpu import GpuBusyError, describe_holders, kill_tree, used_bytes, wait_for_drain
-from autotune.launch import LaunchSpec
-from autotune.monitor import ResourceMonitor
-from autotune.nvml import GIB, DeviceInfo
-from autotune.proctree import MARK_VAR, is_alive
-from autotune.runner import RunLimits, end_orphaned_trial, run_trial
+from autotune.execution.launch import LaunchSpec
+from autotune.execution.monitor import ResourceMonitor
+from autotune.execution.proctree import MARK_VAR, is_alive
+from autotune.execution.runner import RunLimits, end_orphaned_trial, run_trial
+from autotune.gpu.drain import GpuBusyError, describe_holders, kill_tree, used_bytes, wait_for_drain
+from autotune.gpu.nvml import GIB, DeviceInfo
 from tests.conftest import FAKES
 
 FAKE = FAKES / "fake_trainer.py"

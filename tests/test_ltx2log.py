@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from autotune.ltx2log import Statistics, StepLine, logical_lines, parse_ltx2_output
+from autotune.trainers.readers.ltx2log import Statistics, StepLine, logical_lines, parse_ltx2_output
 
 DOC_STEP = "Step 20/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step: 1.23s, Total Time: 0h 1m"
 DOC_STATS = """📊 Training Statistics:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from autotune.metrics import TrialMetrics
-from autotune.outcome import NOTABLE_KEYWORDS, NOTABLE_SOURCE, Outcome, classify, explain, parse_oom
+from autotune.core.metrics import TrialMetrics
+from autotune.core.outcome import NOTABLE_KEYWORDS, NOTABLE_SOURCE, Outcome, classify, explain, parse_oom
 
 TORCH_OOM = (
     "Traceback (most recent call last):\n"

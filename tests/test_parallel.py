@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from autotune.errors import UsageError
-from autotune.nvml import GIB
-from autotune.parallel import LinePrefixer, cards_for_parallel
-from autotune.probe import VisibleGpu
+from autotune.gpu.nvml import GIB
+from autotune.gpu.probe import VisibleGpu
+from autotune.sweep.parallel import LinePrefixer, cards_for_parallel
 
 
 def gpu(i: int, name: str = "NVIDIA H100 80GB HBM3", gib: float = 79.6) -> VisibleGpu:

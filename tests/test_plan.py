@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
+from autotune.config.plan import make_plan
 from autotune.errors import UnsupportedCardError, UsageError
-from autotune.plan import make_plan
 from tests.fake_nvml import A6000, H100, FakeNvml, opener
 
 PATH_LINES = ("model_path:", "text_encoder_path:", "preprocessed_data_root:", "output_dir:")
@@ -340,7 +340,7 @@ def test_reference_baselines(tmp_path: Path) -> None:
 
 
 def test_plan_as_adapter_baseline(checkout: Path, tmp_path: Path) -> None:
-    from autotune.plan import write_plan
+    from autotune.config.plan import write_plan
 
     plan = make_plan(trainer_dir=checkout, vram_gb=48, gpus=2, output=tmp_path / "p.yaml")
     write_plan(plan)

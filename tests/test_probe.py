@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from autotune import cli
-from autotune.nvml import DeviceInfo
-from autotune.probe import probe, select_visible
+from autotune.gpu.nvml import DeviceInfo
+from autotune.gpu.probe import probe, select_visible
 from tests.fake_nvml import A6000, H100, RTX4090, RTX5090, FakeNvml, fake_uuid, opener
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,7 +129,7 @@ def test_visible_devices_pick_the_tier() -> None:
 
 
 def test_cli_probe_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import autotune.probe as probe_mod
+    import autotune.gpu.probe as probe_mod
 
     monkeypatch.setattr(probe_mod, "open_nvml", opener(FakeNvml([H100, H100])))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

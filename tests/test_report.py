@@ -14,9 +14,9 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune import report as rep
 from autotune.cli import main
 from autotune.errors import StorageError
+from autotune.report import build as rep
 from autotune.trainers import base as trainer_base
 from tests.conftest import IN_CI
 from tests.pngread import colour_counts, read_png
@@ -497,13 +497,13 @@ def test_html_renders_its_charts_in_headless_chromium(tmp_path: Path, known: tup
     ],
 )
 def test_nice_ticks(upper: float, ticks: list[float]) -> None:
-    from autotune.svgchart import nice_ticks
+    from autotune.report.svgchart import nice_ticks
 
     assert nice_ticks(upper) == pytest.approx(ticks)
 
 
 def test_downsample_keeps_the_peak() -> None:
-    from autotune.svgchart import downsample
+    from autotune.report.svgchart import downsample
 
     pts = [(float(i), 1.0) for i in range(2000)]
     pts[1234] = (1234.0, 9.0)

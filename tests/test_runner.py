@@ -14,11 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.launch import LaunchSpec
-from autotune.metrics import TrialMetrics
-from autotune.outcome import Outcome, classify, parse_oom
-from autotune.proctree import is_alive
-from autotune.runner import TAIL_BYTES, LaunchError, RunLimits, RunResult, run_trial
+from autotune.core.metrics import TrialMetrics
+from autotune.core.outcome import Outcome, classify, parse_oom
+from autotune.execution.launch import LaunchSpec
+from autotune.execution.proctree import is_alive
+from autotune.execution.runner import TAIL_BYTES, LaunchError, RunLimits, RunResult, run_trial
 from tests.conftest import FAKES
 
 FAKE = FAKES / "fake_trainer.py"

@@ -24,10 +24,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.claims import ClaimBook, sqlite_timeout_engine
 from autotune.errors import StudyMismatchError, UsageError
-from autotune.scaleout import OPTIONS_ATTR, run_sweep, run_worker
-from autotune.sweep import SweepOptions
+from autotune.store.claims import ClaimBook, sqlite_timeout_engine
+from autotune.sweep.engine import SweepOptions
+from autotune.sweep.shared import OPTIONS_ATTR, run_sweep, run_worker
 from tests.conftest import FAKES, REPO
 from tests.fake_nvml import A6000, FakeNvml, fake_uuid
 
@@ -406,8 +406,8 @@ def _alive(pid: int) -> bool:
 def test_a_pinned_worker_judges_its_own_card_and_refuses_multi_gpu_trials(
     tmp_path: Path, gpus_per_trial: int, refused: bool
 ) -> None:
-    from autotune.probe import probe
-    from autotune.scaleout import SharedSweep
+    from autotune.gpu.probe import probe
+    from autotune.sweep.shared import SharedSweep
     from autotune.trainers.base import Baseline
 
     nvml = FakeNvml([CARD, CARD])
@@ -429,7 +429,7 @@ def test_a_second_sweep_on_this_machine_is_refused_but_a_worker_joins(
 ) -> None:
     import psutil
 
-    from autotune import study as st
+    from autotune.store import study as st
 
     for key, value in _fake_env(tmp_path, sleep_s=0.05).items():
         monkeypatch.setenv(key, value)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.config.schema import check_keys, find_unknown_keys, load_schema
+from autotune.config.yamlconf import RoundTripConfig
 from autotune.errors import ConfigError
-from autotune.schema import check_keys, find_unknown_keys, load_schema
-from autotune.yamlconf import RoundTripConfig
 
 
 def test_every_real_config_passes(ltx2_fixtures: Path) -> None:

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.launch import REDACTED, LaunchSpec, is_secret_name
-from autotune.runner import RunLimits, run_trial
+from autotune.execution.launch import REDACTED, LaunchSpec, is_secret_name
+from autotune.execution.runner import RunLimits, run_trial
 from autotune.trainers.base import Baseline, get_adapter
 from tests.conftest import FAKES, REPO
 
@@ -190,7 +190,7 @@ def test_sana_yaml_with_a_python_tag_never_runs_it(tmp_path: Path) -> None:
 
 
 def test_knob_files_are_read_safely(tmp_path: Path) -> None:
-    from autotune.space import Space
+    from autotune.core.space import Space
 
     pwned = tmp_path / "pwned"
     knobs = tmp_path / "knobs.yaml"

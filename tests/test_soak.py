@@ -33,7 +33,7 @@ DRIVER = """
 import sys
 from pathlib import Path
 import optuna
-from autotune.sweep import Sweep, SweepOptions
+from autotune.sweep.engine import Sweep, SweepOptions
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 workdir, knobs, base, template, trials = sys.argv[1:6]
 opts = SweepOptions(

@@ -1,4 +1,4 @@
-"""Knob files, candidates and the memory order (autotune.space)."""
+"""Knob files, candidates and the memory order (autotune.core.space)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.core.space import Candidate, Space, batch_sizes
 from autotune.errors import ConfigError, UsageError
-from autotune.space import Candidate, Space, batch_sizes
 from tests.fakes.landscape import KNOBS_YAML
 
 

@@ -1,4 +1,4 @@
-"""The search brain (autotune.strategy): dominance tables, and whole searches on simulated landscapes."""
+"""The search brain (autotune.core.strategy): dominance tables, and whole searches on simulated landscapes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.space import Candidate, Space
-from autotune.strategy import Observation, Strategy
+from autotune.core.space import Candidate, Space
+from autotune.core.strategy import Observation, Strategy
 from tests.conftest import FAKES
 from tests.fakes.landscape import KNOBS_YAML, Landscape, generate, suite
 

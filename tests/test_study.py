@@ -14,9 +14,9 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from autotune import study as st
-from autotune.dbfile import optuna_schema_versions
 from autotune.errors import StorageError, StudyMismatchError, UsageError
+from autotune.store import study as st
+from autotune.store.sqlite import optuna_schema_versions
 
 SETTINGS: dict[str, Any] = {
     "trainer": "reference",
@@ -296,7 +296,7 @@ def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
 OPENERS = """
 import os, sys, time
 sys.path.insert(0, sys.argv[3])
-from autotune import study as st
+from autotune.store import study as st
 url, gate = sys.argv[1], sys.argv[2]
 while not os.path.exists(gate):
     time.sleep(0.001)
@@ -356,7 +356,7 @@ def test_orphan_found_by_the_runners_mark_in_process_json(tmp_path: Path) -> Non
     """The orchestrator died right after the runner started the trial: only process.json knows it."""
     import json
 
-    from autotune.proctree import MARK_VAR
+    from autotune.execution.proctree import MARK_VAR
 
     s, _ = _open(tmp_path)
     dead = _dead_orchestrator()

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from autotune.claims import ClaimBook, sqlite_timeout_engine
+from autotune.store.claims import ClaimBook, sqlite_timeout_engine
 from tests.conftest import FAKES, REPO
 from tests.fakes import sweep_trainer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import GpuBusyError, UnsupportedCardError
-from autotune.sweep import Sweep, SweepOptions
+from autotune.sweep.engine import Sweep, SweepOptions
 from tests.conftest import FAKES
 from tests.fake_nvml import RTX4090, FakeNvml
 

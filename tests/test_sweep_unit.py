@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from autotune import sweep as sw
 from autotune.cli import build_parser, main
-from autotune.metrics import TrialMetrics
-from autotune.progress import Progress
+from autotune.core.metrics import TrialMetrics
+from autotune.sweep import engine as sw
+from autotune.sweep.progress import Progress
 
 
 @pytest.mark.parametrize(

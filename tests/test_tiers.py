@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.config.yamlconf import load_yaml
 from autotune.errors import ConfigError
-from autotune.tiers import TIER_IDS, TierTable, classify, load_tier_table, nominal_class
-from autotune.yamlconf import load_yaml
+from autotune.gpu.tiers import TIER_IDS, TierTable, classify, load_tier_table, nominal_class
 
 # reported GiB (NVML or --vram-gb), nominal class (None: no class fits), tier, baseline, relax
 CASES = [

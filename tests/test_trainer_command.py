@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.config.yamlconf import load_yaml
 from autotune.errors import UsageError
 from autotune.trainers import get_adapter
-from autotune.yamlconf import load_yaml
 
 PARAMS = {"quantization": "none", "optimizer": "adamw", "batch_size": 4, "gradient_checkpointing": False}
 

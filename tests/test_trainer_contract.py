@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from autotune.config.yamlconf import load_yaml_file
 from autotune.errors import ConfigError, UnknownTrainerError
-from autotune.metricsfile import METRICS_ENV
 from autotune.trainers import Baseline, TrainerAdapter, adapter_names, get_adapter
-from autotune.yamlconf import load_yaml_file
+from autotune.trainers.readers.metricsfile import METRICS_ENV
 from tests.conftest import FAKES
 
 LTX2_LIKE = """\

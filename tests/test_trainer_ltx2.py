@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from autotune.config.yamlconf import dotted_items, load_yaml
 from autotune.errors import UsageError
-from autotune.launch import LaunchSpec
+from autotune.execution.launch import LaunchSpec
 from autotune.trainers import get_adapter
 from autotune.trainers.base import CandidateRefused
 from autotune.trainers.ltx2 import GRAD_ACCUM_KEY, KNOB_KEYS, Ltx2Adapter, short_run_recipe
-from autotune.yamlconf import dotted_items, load_yaml
 from tests.conftest import FAKES
 
 FAKE_TRAINER = FAKES / "ltx2-trainer"
@@ -361,7 +361,7 @@ def test_a_plans_baseline_names_the_package_and_launch_mode(tmp_path: Path) -> N
 
 def test_through_the_runner_the_logs_are_read_back(tmp_path: Path) -> None:
     """The adapter and the trial runner agree: render, run_trial, read_metrics from its log files."""
-    from autotune.runner import RunLimits, run_trial
+    from autotune.execution.runner import RunLimits, run_trial
 
     adapter = _adapter(launcher=[sys.executable])
     baseline = adapter.baseline_from_text(LTX2_CONFIG)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.config.yamlconf import load_yaml
 from autotune.trainers import get_adapter
-from autotune.yamlconf import load_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 STAND_IN = """\

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ConfigError, UsageError
-from autotune.launch import LaunchSpec
+from autotune.execution.launch import LaunchSpec
 from autotune.trainers import get_adapter
 from autotune.trainers.sana import (
     SanaAdapter,

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.core.units import format_duration, format_gb, parse_duration
 from autotune.errors import UsageError
-from autotune.units import format_duration, format_gb, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from autotune.config.yamlconf import RoundTripConfig, dotted_items, load_yaml
 from autotune.errors import ConfigError
-from autotune.yamlconf import RoundTripConfig, dotted_items, load_yaml
 
 BASE = """\
 # top comment

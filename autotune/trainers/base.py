@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UnknownTrainerError
-from autotune.launch import LaunchSpec
-from autotune.metrics import TrialMetrics
+from autotune.execution.launch import LaunchSpec
 
 Params = Mapping[str, Any]
 

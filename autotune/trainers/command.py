@@ -23,12 +23,10 @@ from typing import Any, ClassVar
 
 import yaml
 
+from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_text
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
-from autotune.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.launch import LaunchSpec
-from autotune.ltx2log import parse_ltx2_output
-from autotune.metrics import TrialMetrics
-from autotune.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
 from autotune.trainers.common import (
     check_params,
@@ -50,7 +48,9 @@ from autotune.trainers.ltx2 import (
     hook_env,
     read_output,
 )
-from autotune.yamlconf import RoundTripConfig, load_yaml, read_config_text
+from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.readers.ltx2log import parse_ltx2_output
+from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 
 KNOBS = ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
 EXTRA_PLACEHOLDERS = ("config", "steps", "gradient_accumulation_steps", "trial_dir")

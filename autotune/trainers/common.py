@@ -8,9 +8,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
-from autotune.metrics import TrialMetrics
-from autotune.metricsfile import METRICS_ENV, METRICS_FILE_NAME
+from autotune.trainers.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
 
 #: What an adapter writes beside the trial's config so ``read_metrics`` knows the batch.
 TRIAL_RECORD = "adapter.json"

@@ -4,7 +4,7 @@ A trial is the baseline YAML with the candidate's knobs and the short-run recipe
 set, every other line left byte for byte, run as
 ``uv run python scripts/train.py CONFIG --disable-progress-bars`` in the trainer's
 directory. Its numbers come from its own ``Step`` lines and statistics block
-(``autotune.ltx2log``), with the metrics file and the hook, where present, beside them.
+(``autotune.trainers.readers.ltx2log``), with the metrics file and the hook, where present, beside them.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_text
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
-from autotune.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.launch import LaunchSpec
-from autotune.ltx2log import parse_ltx2_output
-from autotune.metrics import TrialMetrics
-from autotune.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, CandidateRefused, Params, TrainerAdapter, register
 from autotune.trainers.common import (
     check_params,
@@ -34,7 +32,9 @@ from autotune.trainers.common import (
     take_options,
     write_trial_record,
 )
-from autotune.yamlconf import RoundTripConfig, load_yaml, read_config_text
+from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.readers.ltx2log import parse_ltx2_output
+from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 
 #: Study param -> the config key it sets.
 KNOB_KEYS: dict[str, str] = {

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
-from autotune.metrics import TrialMetrics
 from autotune.trainers.base import Baseline, register
 from autotune.trainers.common import take_options
 from autotune.trainers.ltx2 import Ltx2Adapter

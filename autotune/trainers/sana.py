@@ -29,11 +29,10 @@ from typing import Any, ClassVar
 
 import yaml
 
+from autotune.config.yamlconf import load_yaml, read_config_text
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
-from autotune.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.launch import LaunchSpec, is_secret_name, redacted_env
-from autotune.metrics import TrialMetrics
-from autotune.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.execution.launch import LaunchSpec, is_secret_name, redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
 from autotune.trainers.common import (
     check_params,
@@ -46,7 +45,8 @@ from autotune.trainers.common import (
     write_trial_record,
 )
 from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
-from autotune.yamlconf import load_yaml, read_config_text
+from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 
 KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
 #: Boolean knob -> the store_true flag that turns it on.

@@ -22,8 +22,8 @@ from optuna.trial import TrialState
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from autotune.claims import ClaimBook, Heartbeat, WorkerIdentity, sqlite_timeout_engine
-from autotune.workers import Started, Waiting, record, start_next
+from autotune.store.claims import ClaimBook, Heartbeat, WorkerIdentity, sqlite_timeout_engine
+from autotune.store.workers import Started, Waiting, record, start_next
 
 N_CANDIDATES = 8
 

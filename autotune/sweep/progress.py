@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from autotune.units import format_duration
+from autotune.core.units import format_duration
 
 _STEP = re.compile(r"\bStep (\d+)/(\d+)\b")
 _CLEAR = "\r\x1b[K"

@@ -33,8 +33,8 @@ import signal as _signal
 from dataclasses import dataclass
 from enum import Enum
 
-from autotune.metrics import TrialMetrics
-from autotune.units import format_gb
+from autotune.core.metrics import TrialMetrics
+from autotune.core.units import format_gb
 
 
 class Outcome(str, Enum):

@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from autotune.metrics import TrialMetrics
-from autotune.timing import steady_state, warmup_count
+from autotune.core.metrics import TrialMetrics
+from autotune.core.timing import steady_state, warmup_count
 
 METRICS_ENV = "AUTOTUNE_METRICS_FILE"
 METRICS_FILE_NAME = "trainer-metrics.json"

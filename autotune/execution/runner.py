@@ -4,7 +4,7 @@ Every trial ends, and ends completely: it runs in its own session and process
 group; a wall-clock limit, a stall limit (no output), an OOM text in its output
 and the ``stop`` event (Ctrl-C) all lead to SIGTERM to the group, a grace
 period, then SIGKILL to the group and to every descendant seen (see
-``autotune.proctree``: the tree is sampled while the trial runs and descendants
+``autotune.execution.proctree``: the tree is sampled while the trial runs and descendants
 are marked through the environment, so ``setsid`` grandchildren die too).
 
 Output streams to ``stdout.log``/``stderr.log`` through one select loop that
@@ -32,11 +32,11 @@ from typing import IO
 
 import psutil
 
+from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
 from autotune.errors import AutotuneError
-from autotune.launch import LaunchSpec, redacted_env
-from autotune.monitor import ResourceMonitor
-from autotune.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
-from autotune.proctree import MARK_VAR, ProcessTree, kill_tree
+from autotune.execution.launch import LaunchSpec, redacted_env
+from autotune.execution.monitor import ResourceMonitor
+from autotune.execution.proctree import MARK_VAR, ProcessTree, kill_tree
 
 TAIL_BYTES = 256 * 1024  # kept in memory for classification
 NOTABLE_LINES = 40  # outcome-deciding lines kept even when they scroll out of the tail
@@ -115,7 +115,7 @@ class RunResult:
     timeline_path: Path | None
     pid: int
     end_reason: str | None = None  # why autotune ended it ("wall timeout", "stall", "oom", "stop"), else None
-    vram_source: str | None = None  # "process" or "device" (see autotune.monitor)
+    vram_source: str | None = None  # "process" or "device" (see autotune.execution.monitor)
     processes_seen: int = 1
     survivors: tuple[int, ...] = ()  # pids that outlived SIGKILL (uninterruptible sleep); normally empty
 

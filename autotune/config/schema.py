@@ -19,8 +19,8 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
+from autotune.config.yamlconf import load_yaml
 from autotune.errors import ConfigError
-from autotune.yamlconf import load_yaml
 
 ANY = "any"
 

@@ -3,7 +3,7 @@
 Every knob's values are ordered from memory-SAVING to memory-HUNGRY, so candidate
 A needs at least as much memory as B when each of A's knobs sits at or beyond B's
 position. That partial order is what lets one real OOM rule out a whole cone of
-candidates without running them (see ``autotune.strategy``).
+candidates without running them (see ``autotune.core.strategy``).
 
 Knob files (``configs/knobs/<trainer>.yaml``) look like::
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from autotune.config.yamlconf import load_yaml
 from autotune.errors import ConfigError
-from autotune.yamlconf import load_yaml
 
 #: A study param value: a string (``none`` for null), a bool, or an int (batch size).
 ParamValue = Union[str, bool, int]  # noqa: UP007 (a runtime alias: py3.10 needs Union)

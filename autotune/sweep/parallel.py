@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 from autotune.errors import UsageError
 
 if TYPE_CHECKING:  # the CLI reads DEFAULT_LEASE_S from here while it builds its parser: stay light
-    from autotune.probe import VisibleGpu
+    from autotune.gpu.probe import VisibleGpu
 
 #: A worker that sent no heartbeat for this long is taken for dead and its trial run again.
 #: Long enough to ride out a database failover or a stalled NFS mount; a dead worker on the

@@ -14,8 +14,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from autotune.metrics import TrialMetrics
-from autotune.timing import steady_state
+from autotune.core.metrics import TrialMetrics
+from autotune.core.timing import steady_state
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RANK = re.compile(r"^\[rank ?(\d+)\]:? ?")

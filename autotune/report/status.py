@@ -14,8 +14,8 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from autotune import study as st
-from autotune.units import format_duration, format_gb
+from autotune.core.units import format_duration, format_gb
+from autotune.store import study as st
 
 
 def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> dict[str, Any]:

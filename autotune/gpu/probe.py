@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.nvml import GIB, DeviceInfo, Nvml, NvmlUnavailable, open_nvml
-from autotune.tiers import TierInfo, classify
+from autotune.gpu.nvml import GIB, DeviceInfo, Nvml, NvmlUnavailable, open_nvml
+from autotune.gpu.tiers import TierInfo, classify
 
 ADVICE_NO_GPU = (
     "autotune plan --vram-gb 48 ...   plan for a card you do not have here (32, 48, 80, 141...)",

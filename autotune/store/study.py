@@ -33,9 +33,9 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from autotune.dbfile import check_sqlite_file, redact_url
+from autotune.core.outcome import Outcome
 from autotune.errors import StorageError, StudyMismatchError, UsageError
-from autotune.outcome import Outcome
+from autotune.store.sqlite import check_sqlite_file, redact_url
 
 DEFAULT_WORKDIR = Path("autotune-runs")
 DB_FILE = "studies.db"
@@ -711,7 +711,7 @@ def end_trial_processes(trial: FrozenTrial, *, grace_s: float = 5.0) -> list[int
         victims.update({p.pid: p for p in processes_tagged(tag)})
     mark = attrs.get("process_mark") or _runner_mark(attrs.get("trial_dir"))
     if isinstance(mark, str) and mark:
-        from autotune.proctree import marked_processes
+        from autotune.execution.proctree import marked_processes
 
         victims.update({p.pid: p for p in marked_processes(mark)})
     victims.pop(os.getpid(), None)

@@ -34,15 +34,15 @@ from typing import Any, NoReturn, TextIO
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import study as st
+from autotune.core.metrics import TrialMetrics
+from autotune.core.outcome import Outcome
+from autotune.core.units import format_duration, format_gb
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, UsageError
-from autotune.launch import LaunchSpec
-from autotune.metrics import TrialMetrics
-from autotune.nvml import GIB, Nvml, NvmlUnavailable, open_nvml
-from autotune.outcome import Outcome
-from autotune.progress import Progress
-from autotune.runner import TrialOutputError, output_error
-from autotune.units import format_duration, format_gb
+from autotune.execution.launch import LaunchSpec
+from autotune.execution.runner import TrialOutputError, output_error
+from autotune.gpu.nvml import GIB, Nvml, NvmlUnavailable, open_nvml
+from autotune.store import study as st
+from autotune.sweep.progress import Progress
 
 #: Default fraction of the card kept free. Why 10 %: a short trial sees neither
 #: validation nor checkpoint saving nor the slow growth of fragmentation (an A100
@@ -321,8 +321,8 @@ class Sweep:
         storage_url = st.check_storage_url(opts.storage or st.default_storage_url(workdir))
         study_name = st.validate_study_name(opts.study or default_study_name(opts))
 
-        from autotune.space import Space
-        from autotune.strategy import Strategy
+        from autotune.core.space import Space
+        from autotune.core.strategy import Strategy
         from autotune.trainers import get_adapter
 
         options = dict(opts.trainer_options)
@@ -426,7 +426,7 @@ class Sweep:
         reports = self._write_reports()
         return self._result(study_name, storage_url, best_trial, stop_reason, reports)
 
-    # hooks for workers sharing the study (autotune.scaleout overrides them)
+    # hooks for workers sharing the study (autotune.sweep.shared overrides them)
 
     #: False for a worker that only runs trials: the sweep that started the study concludes it.
     concludes = True
@@ -519,7 +519,7 @@ class Sweep:
         return [o for _, o in self._observations(include_confirm=include_confirm)]
 
     def _observations(self, *, include_confirm: bool = False) -> list[tuple[FrozenTrial, Any]]:
-        from autotune.strategy import Observation
+        from autotune.core.strategy import Observation
 
         out = []
         for t in self.study.trials():
@@ -557,7 +557,7 @@ class Sweep:
     def _run_trial(
         self, cand: Any, *, role: str, steps: int | None = None, extra: Mapping[str, Any] | None = None
     ) -> FrozenTrial:
-        from autotune.runner import RunLimits, run_trial
+        from autotune.execution.runner import RunLimits, run_trial
 
         ctx, opts, study = self.ctx, self.opts, self.study
         params = dict(cand.params)
@@ -646,7 +646,7 @@ class Sweep:
         self, run_trial: Any, spec: LaunchSpec, trial_dir: Path, limits: Any, trial: FrozenTrial
     ) -> tuple[Any, BaseException | None]:
         """Run the trial in a worker thread; meanwhile record its pid and keep the progress view live."""
-        from autotune.monitor import ResourceMonitor
+        from autotune.execution.monitor import ResourceMonitor
 
         monitor = (
             ResourceMonitor(self.nvml, self.card.indices)
@@ -700,7 +700,7 @@ class Sweep:
 
     def _measure(self, result: Any, trial_dir: Path, effective: int) -> dict[str, Any]:
         """Metrics, outcome and the user attrs they become; also writes ``metrics.json``."""
-        from autotune import outcome as oc
+        from autotune.core import outcome as oc
 
         output = _read_output(result)
         try:
@@ -772,7 +772,7 @@ class Sweep:
     def _gpu_used(self) -> dict[int, int] | None:
         if self.nvml is None or not self.card.indices:
             return None
-        from autotune.gpu import used_bytes
+        from autotune.gpu.drain import used_bytes
 
         result: dict[int, int] = used_bytes(self.nvml, self.card.indices)
         return result
@@ -780,7 +780,7 @@ class Sweep:
     def _drain(self, before: dict[int, int] | None) -> None:
         if before is None or self.nvml is None:
             return
-        from autotune.gpu import wait_for_drain
+        from autotune.gpu.drain import wait_for_drain
 
         wait_for_drain(self.nvml, self.card.indices, before, self.opts.drain_timeout_s)
 
@@ -890,7 +890,7 @@ class Sweep:
 
     def _write_reports(self) -> list[Path]:
         try:
-            from autotune.report import write_reports
+            from autotune.report.build import write_reports
         except ImportError:
             return []
         try:
@@ -961,7 +961,7 @@ class _Context:
 def _tier(vram_gb: float) -> str | None:
     """The VRAM tier id (``below-32GB``, ``32GB``, ``40-60GB``, ``80GB+``) of a card size."""
     try:
-        from autotune.tiers import classify
+        from autotune.gpu.tiers import classify
     except ImportError:  # pragma: no cover - shipped with autotune
         return None
     try:
@@ -975,7 +975,7 @@ def _visible_gpus(nvml: Nvml | None) -> list[tuple[int, str, int]]:
     if nvml is None:
         return []
     try:
-        from autotune.probe import probe
+        from autotune.gpu.probe import probe
 
         result = probe(lambda: nvml)
         return [(g.nvml_index, g.name, g.memory_total_bytes) for g in result.gpus]
@@ -999,7 +999,7 @@ def _knob_path(name: str) -> Path:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    from autotune.yamlconf import load_yaml_file
+    from autotune.config.yamlconf import load_yaml_file
 
     data = load_yaml_file(path)
     return data if isinstance(data, dict) else {}
@@ -1010,7 +1010,7 @@ def _with_emulated_vram(baseline: Any, vram_gb: float) -> Any:
     ref = baseline.data.get("reference")
     if not isinstance(ref, dict) or ref.get("emulated_vram_gb") == vram_gb:
         return baseline
-    from autotune.yamlconf import RoundTripConfig, load_yaml
+    from autotune.config.yamlconf import RoundTripConfig, load_yaml
 
     doc = RoundTripConfig.from_text(baseline.text)
     doc.set("reference.emulated_vram_gb", vram_gb)

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.config.schema import check_keys
+from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.errors import AutotuneError, UnknownTrainerError, UnsupportedCardError, UsageError
-from autotune.nvml import Nvml
-from autotune.probe import probe
-from autotune.schema import check_keys
-from autotune.tiers import TierInfo, classify
+from autotune.gpu.nvml import Nvml
+from autotune.gpu.probe import probe
+from autotune.gpu.tiers import TierInfo, classify
 from autotune.trainers.base import Baseline
-from autotune.yamlconf import RoundTripConfig, read_config_text
 
 #: Trainers whose baselines ``plan`` knows. Other adapters take the user's own config.
 PLAN_TRAINERS = ("ltx2", "reference")

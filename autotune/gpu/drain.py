@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import psutil
 
 from autotune.errors import GpuBusyError
-from autotune.nvml import GIB, Nvml
-from autotune.proctree import kill_tree
+from autotune.execution.proctree import kill_tree
+from autotune.gpu.nvml import GIB, Nvml
 
 __all__ = ["DEFAULT_TOLERANCE_BYTES", "GpuBusyError", "kill_tree", "used_bytes", "wait_for_drain"]
 

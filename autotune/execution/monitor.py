@@ -21,8 +21,8 @@ from typing import Any, TextIO
 
 import psutil
 
-from autotune.nvml import GIB, Nvml
-from autotune.proctree import ProcessTree
+from autotune.execution.proctree import ProcessTree
+from autotune.gpu.nvml import GIB, Nvml
 
 
 @dataclass(frozen=True)

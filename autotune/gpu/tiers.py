@@ -16,8 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from autotune.config.yamlconf import load_yaml
 from autotune.errors import ConfigError
-from autotune.yamlconf import load_yaml
 
 TIER_IDS = ("below-32GB", "32GB", "40-60GB", "80GB+")
 #: A known-class card reporting less than this share of its nominal size gets a note (ECC, MIG...).

@@ -31,12 +31,12 @@ from urllib.parse import quote
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import svgchart
-from autotune.dbfile import check_sqlite_file, redact_url
+from autotune.config.yamlconf import load_yaml
 from autotune.errors import AutotuneError, StorageError, UsageError
-from autotune.study import new_rdb_storage
+from autotune.report import svgchart
+from autotune.store.sqlite import check_sqlite_file, redact_url
+from autotune.store.study import new_rdb_storage
 from autotune.trainers.base import Baseline, TrainerAdapter, get_adapter
-from autotune.yamlconf import load_yaml
 
 DEFAULT_WORKDIR = Path("autotune-runs")
 REPORT_FORMATS = ("md", "html", "json")

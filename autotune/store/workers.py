@@ -1,6 +1,6 @@
 """Several workers on one study: each starts only candidates nobody else runs or ran.
 
-The claims (``autotune.claims``) decide who runs a candidate; this module ties them to the
+The claims (``autotune.store.claims``) decide who runs a candidate; this module ties them to the
 Optuna study. A worker's step is ``start_next``: fail the trials of dead workers (so their
 candidates become free), build the history from the study's trials plus the candidates
 claimed elsewhere whose trial is not visible yet, ask the caller's strategy for a candidate,
@@ -20,9 +20,9 @@ from optuna.distributions import BaseDistribution
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.claims import Claim, ClaimBook, count_runs
+from autotune.core.outcome import Outcome
 from autotune.errors import StorageError
-from autotune.outcome import Outcome
+from autotune.store.claims import Claim, ClaimBook, count_runs
 
 # Each lost race means another worker just claimed something, so the history moved on;
 # this many in a row means something is wrong (for instance a strategy ignoring in-flight work).

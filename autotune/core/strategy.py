@@ -41,8 +41,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autotune.space import Candidate, ParamValue, Space
-from autotune.units import format_gb
+from autotune.core.space import Candidate, ParamValue, Space
+from autotune.core.units import format_gb
 
 #: Outcomes that mean "device memory": they prove nothing hungrier fits.
 MEMORY_OUTCOMES = frozenset({"oom"})

@@ -1,7 +1,7 @@
 """Sweeps shared by several workers: every GPU of a machine, many machines on one study.
 
 Every ``autotune sweep`` is a worker of its study: it claims each candidate before it
-creates the trial (``autotune.claims``), renews that claim while the trial runs, and
+creates the trial (``autotune.store.claims``), renews that claim while the trial runs, and
 writes the result only while the claim still holds. So a second worker joining the same
 study (``autotune worker`` on another machine, or one thread per card with
 ``--parallel``) never starts a candidate another one runs or ran, the strategy sees the
@@ -26,16 +26,16 @@ from typing import Any, TextIO, cast
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import study as st
-from autotune.claims import Claim, ClaimBook, Heartbeat, WorkerIdentity
-from autotune.dbfile import redact_url
+from autotune.core.units import format_duration
 from autotune.errors import AutotuneError, StorageError, StudyMismatchError, UsageError
-from autotune.nvml import Nvml
-from autotune.parallel import DEFAULT_LEASE_S, LinePrefixer, cards_for_parallel
-from autotune.probe import VisibleGpu, probe
-from autotune.sweep import Sweep, SweepInterrupted, SweepOptions, SweepResult, label
-from autotune.units import format_duration
-from autotune.workers import Reaped, Waiting, attach_or_fail, claim_next, fail_trial, reap_stale
+from autotune.gpu.nvml import Nvml
+from autotune.gpu.probe import VisibleGpu, probe
+from autotune.store import study as st
+from autotune.store.claims import Claim, ClaimBook, Heartbeat, WorkerIdentity
+from autotune.store.sqlite import redact_url
+from autotune.store.workers import Reaped, Waiting, attach_or_fail, claim_next, fail_trial, reap_stale
+from autotune.sweep.engine import Sweep, SweepInterrupted, SweepOptions, SweepResult, label
+from autotune.sweep.parallel import DEFAULT_LEASE_S, LinePrefixer, cards_for_parallel
 
 #: Study user attr with the options the sweep was started with, so ``autotune worker`` needs
 #: only the study's name and database.
@@ -256,7 +256,7 @@ class SharedSweep(Sweep):
                     self.progress.line(f"the worker on {_prefix(gpu).strip()} stopped: {exc}")
 
     def _claimed_search(self, strategy: Any, base_cand: Any) -> str:
-        from autotune.strategy import Observation
+        from autotune.core.strategy import Observation
 
         study = self.study
         assert isinstance(study, ClaimedStudy)
@@ -352,7 +352,7 @@ class SharedSweep(Sweep):
     # sibling workers, one thread per card of this machine
 
     def _start_sibling(self, gpu: VisibleGpu, strategy: Any, base_cand: Any) -> threading.Thread:
-        from autotune.progress import Progress
+        from autotune.sweep.progress import Progress
 
         w = copy.copy(self)
         w.pin, w.sibling_gpus = gpu, []

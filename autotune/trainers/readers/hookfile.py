@@ -14,8 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from autotune.metrics import TrialMetrics
-from autotune.timing import steady_state, warmup_count
+from autotune.core.metrics import TrialMetrics
+from autotune.core.timing import steady_state, warmup_count
 
 HOOK_FILE_NAME = "hook.jsonl"
 _MAX_BYTES = 64 * 1024 * 1024  # a runaway file must not eat the orchestrator's memory

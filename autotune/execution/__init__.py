@@ -1,0 +1,1 @@
+"""Running one trial: the subprocess, its process tree, its launch line, its GPU monitor."""

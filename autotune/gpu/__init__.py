@@ -1,0 +1,1 @@
+"""The card: NVML, the probe, the VRAM tiers, draining between trials."""

@@ -1,0 +1,1 @@
+"""What a sweep tells its user: the report in markdown, HTML and JSON, and live status."""

@@ -1,0 +1,1 @@
+"""The sweep: setup, the search loop, local and shared scheduling, the conclusion."""
