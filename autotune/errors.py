@@ -46,3 +46,11 @@ class GpuBusyError(AutotuneError):
 
 class BaselineFailedError(AutotuneError):
     """The baseline trial failed for a reason that no relaxation can fix."""
+
+
+class StudyNotFoundError(UsageError):
+    """No study database at the given place, or no study of that name in it."""
+
+
+class ReportError(AutotuneError):
+    """The report or the winning config cannot be produced from what the study holds."""

@@ -34,6 +34,8 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotune.core.outcome import Outcome
+from autotune.core.record import TrialRecord
+from autotune.core.space import to_study_value
 from autotune.errors import StorageError, StudyMismatchError, UsageError
 from autotune.store.sqlite import check_sqlite_file, redact_url
 
@@ -301,16 +303,6 @@ def knob_defs(data: Mapping[str, Any]) -> list[KnobDef]:
     return out
 
 
-def to_study_value(value: Any) -> Any:
-    """A knob value as the study stores it: YAML null is the string ``none``."""
-    return "none" if value is None else value
-
-
-def from_study_value(value: Any) -> Any:
-    """The inverse of ``to_study_value``."""
-    return None if value == "none" else value
-
-
 def distributions(knobs: Sequence[KnobDef], max_batch_size: int) -> dict[str, BaseDistribution]:
     """Optuna distributions for the knobs: categorical (extra savers included) or a log int range."""
     out: dict[str, BaseDistribution] = {}
@@ -561,9 +553,9 @@ class SweepStudy:
         for t in self.trials():
             if t.datetime_start is None:
                 continue
-            recorded = t.user_attrs.get("spent_s")
-            if isinstance(recorded, (int, float)):
-                total += float(recorded)
+            recorded = TrialRecord.from_trial(t).spent_s
+            if recorded is not None:
+                total += recorded
                 continue
             end = t.datetime_complete or (now if t.state == TrialState.RUNNING else None)
             if end is not None:
@@ -640,10 +632,10 @@ class SweepStudy:
                 continue
             killed = kill(t)
             reason = "the orchestrator stopped while this trial ran (found on resume); it is run again"
-            attrs: dict[str, Any] = {"outcome": Outcome.INTERRUPTED.value, "reason": reason}
+            attrs = TrialRecord.attrs_of(outcome=Outcome.INTERRUPTED.value, reason=reason)
             spent = _last_activity_s(t)
             if spent is not None:  # not the hours between the crash and this resume
-                attrs["spent_s"] = spent
+                attrs.update(TrialRecord.attrs_of(spent_s=spent))
             self.set_trial_attrs(t, attrs)
             self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             self._trials = None
@@ -670,7 +662,7 @@ def set_user_attrs(storage: RDBStorage, trial_id: int, attrs: Mapping[str, Any])
 
 
 def is_interrupted(trial: FrozenTrial) -> bool:
-    return trial.user_attrs.get("outcome") == Outcome.INTERRUPTED.value
+    return TrialRecord.from_trial(trial).is_interrupted
 
 
 def trial_tag(storage_url: str, study: str, number: int) -> str:
@@ -724,8 +716,8 @@ def end_trial_processes(trial: FrozenTrial, *, grace_s: float = 5.0) -> list[int
 
 def _last_activity_s(trial: FrozenTrial) -> float | None:
     """Seconds from a trial's start to the last write in its folder: the time it really ran."""
-    folder = trial.user_attrs.get("trial_dir")
-    if trial.datetime_start is None or not isinstance(folder, str):
+    folder = TrialRecord.from_trial(trial).trial_dir
+    if trial.datetime_start is None or folder is None:
         return None
     try:
         last = max((p.stat().st_mtime for p in Path(folder).iterdir()), default=None)

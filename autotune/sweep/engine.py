@@ -36,7 +36,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome
+from autotune.core.record import TrialRecord
 from autotune.core.units import format_duration, format_gb
+from autotune.core.verdict import fits, judged_peak, pick_winner, samples_per_s
 from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.runner import TrialOutputError, output_error
@@ -161,27 +163,6 @@ def accumulation_for(batch_size: int, target_effective: int, num_gpus: int = 1) 
     per_step = max(1, batch_size) * max(1, num_gpus)
     ga = max(1, target_effective // per_step)
     return ga, per_step * ga
-
-
-def samples_per_s(metrics: TrialMetrics, effective_batch: int) -> float | None:
-    """Throughput: the trainer's own figure, else samples per optimizer step over the step time."""
-    if metrics.samples_per_s is not None and metrics.samples_per_s > 0:
-        return float(metrics.samples_per_s)
-    if metrics.step_time_s is not None and metrics.step_time_s > 0:
-        return effective_batch / metrics.step_time_s
-    return None
-
-
-def judged_peak(metrics: TrialMetrics) -> float | None:
-    """The peak VRAM that fit is judged on: the larger of the trainer's and ours (either may miss peaks)."""
-    peaks = [p for p in (metrics.trainer_peak_vram_gb, metrics.measured_peak_vram_gb) if p is not None]
-    return max(peaks) if peaks else None
-
-
-def fits(peak_gb: float | None, card_gb: float, headroom: float) -> bool | None:
-    if peak_gb is None:
-        return None
-    return peak_gb <= (1.0 - headroom) * card_gb + 1e-9
 
 
 def label(params: Mapping[str, Any]) -> str:
@@ -321,6 +302,8 @@ class Sweep:
         storage_url = st.check_storage_url(opts.storage or st.default_storage_url(workdir))
         study_name = st.validate_study_name(opts.study or default_study_name(opts))
 
+        from autotune.config.knobs import knob_path as knob_file_path
+        from autotune.config.knobs import read_knob_file
         from autotune.core.space import Space
         from autotune.core.strategy import Strategy
         from autotune.trainers import get_adapter
@@ -349,11 +332,15 @@ class Sweep:
             max_bs = min(max_bs, max(1, target_effective // num_gpus))
         max_bs = max(max_bs, int(base_params.get("batch_size", 1)))
 
-        knob_path = opts.knob_file or _knob_path(adapter.knob_file)
-        space = Space.from_knob_file(
-            knob_path, max_batch_size=max_bs, allow_extra_savers=opts.allow_extra_savers
+        knob_path = opts.knob_file or knob_file_path(adapter.knob_file)
+        knob_data = read_knob_file(knob_path)
+        space = Space.from_mapping(
+            knob_data,
+            source=str(knob_path),
+            max_batch_size=max_bs,
+            allow_extra_savers=opts.allow_extra_savers,
         )
-        knobs = st.knob_defs(_read_yaml(knob_path))
+        knobs = st.knob_defs(knob_data)
         dists = st.distributions(knobs, max_bs)
         base_cand = space.candidate(base_params)
         strategy = Strategy(space, base_cand, card.vram_gb, opts.headroom)
@@ -798,13 +785,9 @@ class Sweep:
             self.progress.set_best(f"{best.user_attrs['samples_per_s']:.3g} samples/s (trial {best.number})")
 
     def _fastest_fitting(self) -> FrozenTrial | None:
-        ok = [
-            t
-            for t in self.study.trials((TrialState.COMPLETE,))
-            if t.user_attrs.get("fits") is not False
-            and isinstance(t.user_attrs.get("samples_per_s"), (int, float))
-        ]
-        return max(ok, key=lambda t: t.user_attrs["samples_per_s"]) if ok else None
+        records = [TrialRecord.from_trial(t) for t in self.study.trials((TrialState.COMPLETE,))]
+        best, _ = pick_winner(records, self.ctx.space.fidelity, None)
+        return self.study.trial(best.number) if best is not None else None
 
     def _pick_best(self, strategy: Any) -> int | None:
         """The strategy's winner as a trial number (the latest non-confirm trial of that candidate)."""
@@ -987,22 +970,6 @@ def _visible_gpus(nvml: Nvml | None) -> list[tuple[int, str, int]]:
         return [(d.index, d.name, d.memory_total_bytes) for d in nvml.devices()]
     except Exception:
         return []
-
-
-def _knob_path(name: str) -> Path:
-    from configs import config_file
-
-    path = Path(str(config_file("knobs", name)))
-    if not path.is_file():
-        raise ConfigError(f"the knob file {path} is missing; reinstall autotune")
-    return path
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    from autotune.config.yamlconf import load_yaml_file
-
-    data = load_yaml_file(path)
-    return data if isinstance(data, dict) else {}
 
 
 def _with_emulated_vram(baseline: Any, vram_gb: float) -> Any:

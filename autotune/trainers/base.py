@@ -61,6 +61,9 @@ class TrainerAdapter(ABC):
     name: ClassVar[str]
     #: File under ``configs/knobs/`` that lists this trainer's knobs, saving -> hungry.
     knob_file: ClassVar[str]
+    #: What this trainer wants every reader of a winner told, as warnings in the report
+    #: (how its own figures are measured, say); most trainers have nothing to add.
+    report_notes: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def load_baseline(self, config: Path | None) -> Baseline:

@@ -25,6 +25,7 @@ import yaml
 
 from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_text
 from autotune.core.metrics import TrialMetrics
+from autotune.core.space import from_study_value, to_study_value
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
@@ -169,7 +170,7 @@ class CommandAdapter(TrainerAdapter):
             value = get_dotted(baseline.data, key, missing)
             if param == "steps" or value is missing:
                 continue
-            out[param] = "none" if param == "quantization" and value is None else value
+            out[param] = to_study_value(value) if param == "quantization" else value
         return out
 
     def _params(self, baseline: Baseline, params: Params, gradient_accumulation_steps: int) -> dict[str, Any]:
@@ -194,8 +195,8 @@ class CommandAdapter(TrainerAdapter):
                 value: Any = steps
             else:
                 value = values[param]
-                if param == "quantization" and value == "none":
-                    value = None
+                if param == "quantization":
+                    value = from_study_value(value)
             if not cfg.has(key) or not same_value(cfg.get(key), value):
                 cfg.set(key, value)
         return cfg.dump()

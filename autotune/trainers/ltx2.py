@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_text
 from autotune.core.metrics import TrialMetrics
+from autotune.core.space import from_study_value, to_study_value
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, CandidateRefused, Params, TrainerAdapter, register
@@ -135,6 +136,11 @@ class Ltx2Adapter(TrainerAdapter):
     knob_file: ClassVar[str] = "ltx2.yaml"
     #: The real trainer knows every section of the recipe, so missing ones are added.
     create_missing_sections: ClassVar[bool] = True
+    report_notes: ClassVar[tuple[str, ...]] = (
+        "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
+        "only at a few points (start, first step, every 200 steps, end) and including other "
+        "processes; autotune's own measure is shown beside it.",
+    )
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("trainer_dir", "launcher", "accelerate_config", "hook"))
@@ -178,7 +184,7 @@ class Ltx2Adapter(TrainerAdapter):
         out: dict[str, Any] = {}
         for param, key in {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}.items():
             value = get_dotted(baseline.data, key, CODE_DEFAULTS[param])
-            out[param] = "none" if param == "quantization" and value is None else value
+            out[param] = to_study_value(value) if param == "quantization" else value
         return out
 
     # --- rendering -----------------------------------------------------------------------------
@@ -200,7 +206,7 @@ class Ltx2Adapter(TrainerAdapter):
             raise ConfigError(
                 f"gradient_checkpointing must be true or false; got {merged['gradient_checkpointing']!r}"
             )
-        quant_value = None if quant in (None, "none") else quant
+        quant_value = from_study_value(quant)
         if quant_value is not None and get_dotted(baseline.data, "model.training_mode", "lora") == "full":
             raise CandidateRefused(
                 f"quantization {quant_value} with model.training_mode 'full' is rejected by the LTX-2 "

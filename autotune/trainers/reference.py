@@ -32,6 +32,8 @@ class ReferenceAdapter(Ltx2Adapter):
     knob_file: ClassVar[str] = "reference.yaml"
     #: The reference trainer reads a subset of the schema: add no section it may not know.
     create_missing_sections: ClassVar[bool] = False
+    #: It measures its own peak with torch (not LTX-2's sampled nvidia-smi): nothing to add.
+    report_notes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "accelerate_config", "hook"))
