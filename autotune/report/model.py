@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.core import verdict
-from autotune.core.record import MEASURES, TrialLike, TrialRecord
+from autotune.core.record import KEYS, MEASURES, TrialLike, TrialRecord
 from autotune.core.space import same_param
 from autotune.report.text import gb as _gb
 
@@ -32,6 +32,9 @@ class TrialRow:
     effective_batch_changed: bool = False
 
     def get(self, key: str) -> Any:
+        """A measured figure by its record key (``autotune.core.record.KEYS``; a typo raises)."""
+        if key not in KEYS:
+            raise KeyError(f"unknown trial attr {key!r}")
         return self.measures.get(key)
 
     def record(self) -> TrialRecord:

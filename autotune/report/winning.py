@@ -39,12 +39,9 @@ def adapter_for(report: Report) -> TrainerAdapter:
     return get_adapter(report.trainer)
 
 
-#: File suffix of each built-in trainer's own config format (sana's is a runnable script of flags).
-_SUFFIXES = {"sana": ".sh"}
-
-
 def config_suffix(adapter: TrainerAdapter) -> str:
-    return str(getattr(adapter, "config_suffix", None) or _SUFFIXES.get(adapter.name, ".yaml"))
+    """The winning config's file suffix: the trainer's own format (the adapter says which)."""
+    return adapter.config_suffix
 
 
 def add_command(report: Report, report_dir: Path, best_config_path: Path | None) -> None:

@@ -64,6 +64,8 @@ class TrainerAdapter(ABC):
     #: What this trainer wants every reader of a winner told, as warnings in the report
     #: (how its own figures are measured, say); most trainers have nothing to add.
     report_notes: ClassVar[tuple[str, ...]] = ()
+    #: Suffix of the winning config the report writes, in this trainer's own format.
+    config_suffix: ClassVar[str] = ".yaml"
 
     @abstractmethod
     def load_baseline(self, config: Path | None) -> Baseline:

@@ -164,6 +164,8 @@ class SanaAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "sana"
     knob_file: ClassVar[str] = "sana.yaml"
+    #: The winning config is a runnable script of the trainer's flags.
+    config_suffix: ClassVar[str] = ".sh"
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "hook"))
