@@ -219,3 +219,29 @@ class TrialRecord:
     def fits(self) -> bool | None:
         value = self.attrs.get("fits")
         return value if isinstance(value, bool) else None
+
+    # -- its processes (for ending what a dead sweep left behind) --------------------------------
+    @property
+    def pid(self) -> int | None:
+        value = self.attrs.get("pid")
+        return value if isinstance(value, int) else None
+
+    @property
+    def pgid(self) -> int | None:
+        """Its process group: the recorded one, else its pid's (a runner's trial leads its group)."""
+        value = self.attrs.get("pgid", self.attrs.get("pid"))
+        return value if isinstance(value, int) else None
+
+    @property
+    def pid_start(self) -> float | None:
+        return _number(self.attrs.get("pid_start"))
+
+    @property
+    def trial_tag(self) -> str | None:
+        value = self.attrs.get("trial_tag")
+        return value if isinstance(value, str) else None
+
+    @property
+    def process_mark(self) -> str | None:
+        value = self.attrs.get("process_mark")
+        return value if isinstance(value, str) and value else None

@@ -678,31 +678,31 @@ def end_trial_processes(trial: FrozenTrial, *, grace_s: float = 5.0) -> list[int
 
     The pid is only trusted when its start time matches the recorded one (pids are reused).
     """
-    attrs = trial.user_attrs
+    rec = TrialRecord.from_trial(trial)
     victims: dict[int, psutil.Process] = {}
-    pid, started = attrs.get("pid"), attrs.get("pid_start")
-    if isinstance(pid, int):
+    pid, started = rec.pid, rec.pid_start
+    if pid is not None:
         try:
             proc = psutil.Process(pid)
-            if started is None or abs(proc.create_time() - float(started)) < 1.0:
+            if started is None or abs(proc.create_time() - started) < 1.0:
                 victims[pid] = proc
                 for child in proc.children(recursive=True):
                     victims[child.pid] = child
         except psutil.Error:
             pass
-        pgid = attrs.get("pgid", pid)
-        if isinstance(pgid, int) and pgid in victims:
+        pgid = rec.pgid
+        if pgid is not None and pgid in victims:
             for p in psutil.process_iter():
                 try:
                     if os.getpgid(p.pid) == pgid:
                         victims[p.pid] = p
                 except (OSError, psutil.Error):
                     continue
-    tag = attrs.get("trial_tag")
-    if isinstance(tag, str):
+    tag = rec.trial_tag
+    if tag is not None:
         victims.update({p.pid: p for p in processes_tagged(tag)})
-    mark = attrs.get("process_mark") or _runner_mark(attrs.get("trial_dir"))
-    if isinstance(mark, str) and mark:
+    mark = rec.process_mark or _runner_mark(rec.trial_dir)
+    if mark:
         from autotune.execution.proctree import marked_processes
 
         victims.update({p.pid: p for p in marked_processes(mark)})
@@ -728,9 +728,9 @@ def _last_activity_s(trial: FrozenTrial) -> float | None:
     return max(0.0, last - trial.datetime_start.timestamp())
 
 
-def _runner_mark(trial_dir: Any) -> str | None:
+def _runner_mark(trial_dir: str | None) -> str | None:
     """The environment mark the runner gave the trial's processes (``process.json``), if it got that far."""
-    if not isinstance(trial_dir, str):
+    if trial_dir is None:
         return None
     try:
         info = json.loads((Path(trial_dir) / "process.json").read_text(encoding="utf-8"))
