@@ -8,6 +8,7 @@ import pytest
 
 from autotune.core import verdict
 from autotune.core.metrics import TrialMetrics
+from autotune.core.outcome import OomDetails, Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.verdict import Contender
 
@@ -162,3 +163,73 @@ def test_beaten_by_fidelity_for_the_sweeps_own_pick() -> None:
     beaten = verdict.beaten_by_fidelity(records[1], records, FIDELITY, None)
     assert beaten is not None and beaten.number == 0
     assert verdict.beaten_by_fidelity(records[0], records, FIDELITY, None) is None
+
+
+@pytest.mark.parametrize(
+    ("outcome", "metrics", "expected"),
+    [
+        (
+            Outcome.OK,
+            TrialMetrics(step_time_s=2.0, step_time_spread_s=0.1, trainer_peak_vram_gb=30.0),
+            {
+                "outcome": "ok",
+                "reason": "r",
+                "step_time_s": 2.0,
+                "step_time_spread_s": 0.1,
+                "samples_per_s": 2.0,
+                "peak_vram_gb": 30.0,
+                "trainer_peak_vram_gb": 30.0,
+                "headroom_gb": 10.0,
+                "fits": True,
+            },
+        ),
+        # over the line: measured, and recorded as not fitting
+        (
+            Outcome.OK,
+            TrialMetrics(samples_per_s=5.0, trainer_peak_vram_gb=30.0, measured_peak_vram_gb=38.0),
+            {
+                "outcome": "ok",
+                "reason": "r",
+                "samples_per_s": 5.0,
+                "peak_vram_gb": 38.0,
+                "trainer_peak_vram_gb": 30.0,
+                "measured_peak_vram_gb": 38.0,
+                "headroom_gb": 2.0,
+                "fits": False,
+            },
+        ),
+        # ok with no peak measured: fit unknown
+        (
+            Outcome.OK,
+            TrialMetrics(samples_per_s=5.0),
+            {"outcome": "ok", "reason": "r", "samples_per_s": 5.0, "fits": None},
+        ),
+        # ended ok but nothing to rank it by: a crash, and no fit judged
+        (
+            Outcome.OK,
+            TrialMetrics(step_time_s=float("nan")),
+            {"outcome": "crash", "reason": "finished but no step time or samples/s could be read"},
+        ),
+        (
+            Outcome.NAN,
+            TrialMetrics(samples_per_s=5.0),
+            {"outcome": "nan", "reason": "r", "samples_per_s": 5.0},
+        ),
+    ],
+)
+def test_measured_attrs(outcome: Outcome, metrics: TrialMetrics, expected: dict[str, Any]) -> None:
+    assert verdict.measured_attrs(outcome, "r", metrics, 4, card_gb=40.0, headroom=0.1) == expected
+
+
+def test_measured_attrs_of_an_oom_keep_its_figures() -> None:
+    oom = OomDetails(tried_gb=2.0, free_gb=1.123456, total_gb=None)
+    attrs = verdict.measured_attrs(
+        Outcome.OOM, "r", TrialMetrics(), 1, 40.0, 0.1, oom=oom, peak_host_rss_gb=3.0
+    )
+    assert attrs == {
+        "outcome": "oom",
+        "reason": "r",
+        "peak_host_rss_gb": 3.0,
+        "oom_tried_gb": 2.0,
+        "oom_free_gb": 1.1235,
+    }

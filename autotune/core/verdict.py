@@ -20,12 +20,13 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from autotune.core.metrics import TrialMetrics
-from autotune.core.outcome import Outcome
+from autotune.core.outcome import OomDetails, Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import fidelity_score
 
@@ -72,6 +73,53 @@ def samples_per_s(metrics: TrialMetrics, effective_batch: int) -> float | None:
     if metrics.step_time_s is not None and metrics.step_time_s > 0:
         return effective_batch / metrics.step_time_s
     return None
+
+
+def measured_attrs(
+    outcome: Outcome,
+    reason: str,
+    metrics: TrialMetrics,
+    effective_batch: int,
+    card_gb: float,
+    headroom: float,
+    *,
+    peak_host_rss_gb: float | None = None,
+    oom: OomDetails | None = None,
+) -> dict[str, Any]:
+    """The attrs a finished trial is stored with: how it ended, what it measured, whether it fits.
+
+    A run that ended ok but left no step time or throughput is a crash: nothing can
+    rank it. Fit is judged only for an ok run; non-finite figures are left out.
+    """
+    sps = samples_per_s(metrics, effective_batch)
+    peak = judged_peak(metrics)
+    attrs = TrialRecord.attrs_of(outcome=outcome.value, reason=reason)
+    figures = TrialRecord.attrs_of(
+        step_time_s=metrics.step_time_s,
+        step_time_spread_s=metrics.step_time_spread_s,
+        samples_per_s=sps,
+        peak_vram_gb=peak,
+        trainer_peak_vram_gb=metrics.trainer_peak_vram_gb,
+        measured_peak_vram_gb=metrics.measured_peak_vram_gb,
+        peak_host_rss_gb=peak_host_rss_gb,
+    )
+    attrs.update({k: round(float(v), 6) for k, v in figures.items() if v is not None and math.isfinite(v)})
+    if outcome == Outcome.OK and sps is None:
+        attrs.update(
+            TrialRecord.attrs_of(
+                outcome=Outcome.CRASH.value, reason="finished but no step time or samples/s could be read"
+            )
+        )
+    if peak is not None:
+        attrs.update(TrialRecord.attrs_of(headroom_gb=round(card_gb - peak, 4)))
+    if TrialRecord(-1, attrs=attrs).is_ok:
+        attrs.update(TrialRecord.attrs_of(fits=fits(peak, card_gb, headroom)))
+    if outcome == Outcome.OOM and oom is not None:
+        details = TrialRecord.attrs_of(
+            oom_tried_gb=oom.tried_gb, oom_free_gb=oom.free_gb, oom_total_gb=oom.total_gb
+        )
+        attrs.update({k: round(float(v), 4) for k, v in details.items() if v is not None})
+    return attrs
 
 
 def record_fits(record: TrialRecord, limit_gb: float | None) -> bool | None:
