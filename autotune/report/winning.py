@@ -15,7 +15,7 @@ import optuna
 from autotune.errors import AutotuneError, ReportError
 from autotune.report.model import Report
 from autotune.report.text import trials_text as _trials
-from autotune.trainers.base import Baseline, TrainerAdapter, get_adapter
+from autotune.trainers import Baseline, TrainerAdapter, get_adapter
 
 
 def _option_value(text: Any) -> Any:
