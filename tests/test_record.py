@@ -50,7 +50,7 @@ def test_a_stored_trial_reads_back_through_typed_properties() -> None:
         "/runs/s/trial-0004",
         12.5,
         99,
-        99,
+        None,  # no process group recorded
         "abc",
     )
     assert list(rec.measures()) == [k for k in MEASURES if k in attrs]

@@ -228,8 +228,8 @@ class TrialRecord:
 
     @property
     def pgid(self) -> int | None:
-        """Its process group: the recorded one, else its pid's (a runner's trial leads its group)."""
-        value = self.attrs.get("pgid", self.attrs.get("pid"))
+        """Its recorded process group (a runner's trial leads its own: usually its pid)."""
+        value = self.attrs.get("pgid")
         return value if isinstance(value, int) else None
 
     @property

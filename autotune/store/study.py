@@ -690,8 +690,8 @@ def end_trial_processes(trial: FrozenTrial, *, grace_s: float = 5.0) -> list[int
                     victims[child.pid] = child
         except psutil.Error:
             pass
-        pgid = rec.pgid
-        if pgid is not None and pgid in victims:
+        pgid = rec.pgid if rec.pgid is not None else pid
+        if pgid in victims:
             for p in psutil.process_iter():
                 try:
                     if os.getpgid(p.pid) == pgid:
