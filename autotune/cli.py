@@ -412,7 +412,7 @@ def _sweep_options(args: argparse.Namespace) -> Any:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import optuna
 
-    from autotune.sweep.engine import SweepInterrupted
+    from autotune.errors import SweepInterrupted
     from autotune.sweep.shared import run_sweep
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # autotune prints its own progress
@@ -524,7 +524,7 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:
 def _cmd_worker(args: argparse.Namespace) -> int:
     import optuna
 
-    from autotune.sweep.engine import SweepInterrupted
+    from autotune.errors import SweepInterrupted
     from autotune.sweep.shared import run_worker
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

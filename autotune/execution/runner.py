@@ -33,7 +33,7 @@ from typing import IO
 import psutil
 
 from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
-from autotune.errors import AutotuneError
+from autotune.errors import LaunchError, TrialOutputError
 from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.execution.monitor import ResourceMonitor
 from autotune.execution.proctree import MARK_VAR, ProcessTree, kill_tree
@@ -50,23 +50,6 @@ DRAIN_S = 2.0  # after every process is gone, how long to wait for the pipes to 
 
 _ANY_OOM = re.compile(ANY_OOM_SOURCE.encode(), re.M)
 _NOTABLE = re.compile(NOTABLE_SOURCE.encode(), re.M)
-
-
-class LaunchError(AutotuneError):
-    """The trial command could not be started at all (missing program, bad cwd)."""
-
-
-class TrialOutputError(AutotuneError):
-    """The trial folder could not be written (disk full, read-only, gone); the trial was ended.
-
-    Not the candidate's fault: the sweep records the trial ``interrupted`` so that a
-    resume, once there is room, runs it again.
-    """
-
-    def __init__(self, message: str, path: Path, errno: int | None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.errno = errno
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,19 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome
 from autotune.core.units import format_duration, format_gb
-from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, UsageError
+from autotune.errors import (
+    AutotuneError,
+    BaselineFailedError,
+    CandidateRefused,
+    ConfigError,
+    NvmlUnavailable,
+    SweepInterrupted,
+    TrialOutputError,
+    UsageError,
+)
 from autotune.execution.launch import LaunchSpec
-from autotune.execution.runner import TrialOutputError, output_error
-from autotune.gpu.nvml import GIB, Nvml, NvmlUnavailable, open_nvml
+from autotune.execution.runner import output_error
+from autotune.gpu.nvml import GIB, Nvml, open_nvml
 from autotune.store import study as st
 from autotune.sweep.progress import Progress
 
@@ -67,12 +76,6 @@ DEMO_MAX_BATCH_SIZE = 8
 DEMO_TRIAL_TIMEOUT_S = 120.0
 DEMO_STALL_TIMEOUT_S = 120.0  # the reference trainer prints every 20 steps: a 12-step trial only at its end
 DEMO_BUDGET_S = 150.0  # trial time: the demo ends in about 3 minutes even on a slow laptop
-
-
-class SweepInterrupted(AutotuneError):
-    """Ctrl-C or SIGTERM: the running trial was ended and recorded ``interrupted``."""
-
-    exit_code = 130
 
 
 @dataclass
@@ -597,7 +600,7 @@ class Sweep:
             )
         except TrialOutputError as exc:
             self._stop_for_output_error(trial, attrs_end, exc)
-        except ConfigError as exc:
+        except (CandidateRefused, ConfigError) as exc:
             attrs_end.update({"outcome": Outcome.CONFIG_ERROR.value, "reason": _one_line(str(exc))})
             self.progress.trial_finished(trial.number, f"config_error: {_one_line(str(exc))}")
             return study.finish_trial(trial, attrs_end, None)

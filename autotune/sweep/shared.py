@@ -27,23 +27,26 @@ from typing import Any, TextIO, cast
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.units import format_duration
-from autotune.errors import AutotuneError, StorageError, StudyMismatchError, UsageError
+from autotune.errors import (
+    AutotuneError,
+    ClaimLost,
+    StorageError,
+    StudyMismatchError,
+    SweepInterrupted,
+    UsageError,
+)
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu, probe
 from autotune.store import study as st
 from autotune.store.claims import Claim, ClaimBook, Heartbeat, WorkerIdentity
 from autotune.store.sqlite import redact_url
 from autotune.store.workers import Reaped, Waiting, attach_or_fail, claim_next, fail_trial, reap_stale
-from autotune.sweep.engine import Sweep, SweepInterrupted, SweepOptions, SweepResult, label
+from autotune.sweep.engine import Sweep, SweepOptions, SweepResult, label
 from autotune.sweep.parallel import DEFAULT_LEASE_S, LinePrefixer, cards_for_parallel
 
 #: Study user attr with the options the sweep was started with, so ``autotune worker`` needs
 #: only the study's name and database.
 OPTIONS_ATTR = "sweep_options"
-
-
-class ClaimLost(AutotuneError):
-    """This worker was cut off from the database longer than its lease; another took its candidate."""
 
 
 class _FanoutEvent(threading.Event):

@@ -12,7 +12,7 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
   what it could read (possibly an empty ``TrialMetrics``).
 - ``baseline_params`` reads the knob values the baseline config already has, so the
   sweep can start from the trainer's own choice.
-- ``render`` raises ``CandidateRefused`` (a ``ConfigError``) for a candidate the trainer
+- ``render`` raises ``CandidateRefused`` (not a ``ConfigError``) for a candidate the trainer
   cannot run at all (say, a batch larger than the dataset), before anything runs; the
   message says why. ``max_batch_size`` tells the sweep that limit up front.
 - Every launch env sets ``AUTOTUNE_METRICS_FILE=<trial_dir>/trainer-metrics.json``.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.core.metrics import TrialMetrics
-from autotune.errors import ConfigError, UnknownTrainerError
+from autotune.errors import UnknownTrainerError
 from autotune.execution.launch import LaunchSpec
 
 Params = Mapping[str, Any]
@@ -49,10 +49,6 @@ class Baseline:
     path: Path | None = None
     num_gpus: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-class CandidateRefused(ConfigError):
-    """A candidate this trainer cannot run at all; the message says why (nothing was started)."""
 
 
 class TrainerAdapter(ABC):

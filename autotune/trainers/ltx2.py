@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_text
 from autotune.core.metrics import TrialMetrics
-from autotune.errors import ConfigError, UsageError
+from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, CandidateRefused, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
