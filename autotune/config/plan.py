@@ -313,7 +313,7 @@ def write_plan(plan: Plan) -> Path:
 def _check_trainer(trainer: str) -> None:
     if trainer in PLAN_TRAINERS:
         return
-    from autotune.trainers.base import adapter_names
+    from autotune.trainers import adapter_names
 
     if trainer in adapter_names():
         raise UsageError(

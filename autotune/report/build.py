@@ -36,7 +36,7 @@ from autotune.errors import AutotuneError, StorageError, UsageError
 from autotune.report import svgchart
 from autotune.store.sqlite import check_sqlite_file, redact_url
 from autotune.store.study import new_rdb_storage
-from autotune.trainers.base import Baseline, TrainerAdapter, get_adapter
+from autotune.trainers import Baseline, TrainerAdapter, get_adapter
 
 DEFAULT_WORKDIR = Path("autotune-runs")
 REPORT_FORMATS = ("md", "html", "json")

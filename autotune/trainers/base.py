@@ -23,13 +23,12 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.core.metrics import TrialMetrics
-from autotune.errors import UnknownTrainerError
 from autotune.execution.launch import LaunchSpec
 
 Params = Mapping[str, Any]
@@ -52,7 +51,7 @@ class Baseline:
 
 
 class TrainerAdapter(ABC):
-    """One trainer. Subclasses set ``name`` and register themselves with ``@register``."""
+    """One trainer. Subclasses set ``name`` and are listed in ``autotune.trainers.registry``."""
 
     name: ClassVar[str]
     #: File under ``configs/knobs/`` that lists this trainer's knobs, saving -> hungry.
@@ -110,42 +109,3 @@ class TrainerAdapter(ABC):
         from configs import config_file
 
         return Path(str(config_file("knobs", self.knob_file)))
-
-
-_REGISTRY: dict[str, Callable[..., TrainerAdapter]] = {}
-
-
-def register(cls: type[TrainerAdapter]) -> type[TrainerAdapter]:
-    """Class decorator: make an adapter reachable by its ``name``."""
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def adapter_names() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
-
-
-def get_adapter(name: str, **options: Any) -> TrainerAdapter:
-    """The adapter called ``name``; an unknown name is a usage error that lists the known ones."""
-    _load_builtins()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY)) or "(none)"
-        raise UnknownTrainerError(
-            f"unknown trainer {name!r}; known trainers: {known}. Pick one with --trainer NAME."
-        ) from None
-    return factory(**options)
-
-
-def _load_builtins() -> None:
-    """Import the built-in adapters so their ``@register`` runs (lazily: no import cycles)."""
-    import importlib
-
-    for module in ("ltx2", "sana", "command", "reference"):
-        try:
-            importlib.import_module(f"autotune.trainers.{module}")
-        except ModuleNotFoundError as exc:  # an adapter not written yet
-            if exc.name != f"autotune.trainers.{module}":
-                raise

@@ -27,7 +27,7 @@ from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_tex
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
@@ -93,7 +93,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-@register
 class CommandAdapter(TrainerAdapter):
     """Options: ``template`` (the command, required), ``cwd`` (where it runs; default the current
     folder), ``config_keys`` (param -> dotted key in the config, also for ``steps`` and

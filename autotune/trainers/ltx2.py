@@ -20,7 +20,7 @@ from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_tex
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
@@ -123,7 +123,6 @@ def finish_metrics(
     return metrics
 
 
-@register
 class Ltx2Adapter(TrainerAdapter):
     """Options: ``trainer_dir`` (the LTX-2 checkout or ``packages/ltx-trainer``; found from the
     config's or the current folder when omitted), ``launcher`` (argv that runs Python, default

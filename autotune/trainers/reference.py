@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
-from autotune.trainers.base import Baseline, register
+from autotune.trainers.base import Baseline
 from autotune.trainers.common import take_options
 from autotune.trainers.ltx2 import Ltx2Adapter
 
@@ -23,7 +23,6 @@ DEFAULT_BASELINE = ("reference", "low_vram.yaml")
 MODULE = "trials.reference"
 
 
-@register
 class ReferenceAdapter(Ltx2Adapter):
     """Options: ``launcher`` (argv that runs Python, default this interpreter), ``accelerate_config``
     (used with several GPUs; default none), ``hook`` (default off)."""
