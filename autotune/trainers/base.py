@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.core.metrics import TrialMetrics
+from autotune.errors import UsageError
 from autotune.execution.launch import LaunchSpec
 
 Params = Mapping[str, Any]
@@ -109,3 +110,48 @@ class TrainerAdapter(ABC):
         from configs import config_file
 
         return Path(str(config_file("knobs", self.knob_file)))
+
+    # --- hooks: what the rest of autotune asks of a trainer, so nothing outside ``trainers/``
+    # --- branches on a trainer's name. Class-level ones answer without options (``adapter_class``).
+
+    #: How messages name the trainer ("the LTX-2 trainer").
+    label: ClassVar[str] = "the trainer"
+    #: The trainer runs a command template (``--cmd``); ``--cmd`` with any other trainer is a usage error.
+    takes_template: ClassVar[bool] = False
+    #: ``autotune plan`` knows this trainer's baseline config per VRAM tier (``configs/tiers.yaml`` names
+    #: the files); the others sweep the user's own ``--config``.
+    plan_baselines: ClassVar[bool] = False
+    #: The folder under ``configs/`` where this trainer's tier baselines ship with autotune; ``None``:
+    #: they are read from the user's trainer checkout (``--trainer-dir``).
+    bundled_baselines: ClassVar[str | None] = None
+    #: Top-level sections this trainer's config holds beyond the LTX-2 schema (not unknown keys).
+    config_sections: ClassVar[tuple[str, ...]] = ()
+    #: The trainer loads its model, text encoder and data from the config's paths, so a plan warns
+    #: about each one still as shipped.
+    loads_model_paths: ClassVar[bool] = False
+    #: One training run uses one device: a plan for several GPUs plans one.
+    single_device: ClassVar[bool] = False
+    #: The trainer refuses a card in a tier the tier table marks unsupported (below 32 GB), so the
+    #: sweep refuses such a card too unless ``--force``.
+    needs_tier_gate: ClassVar[bool] = False
+    #: The trainer enforces an emulated card size itself (on CPU, or capped on a larger GPU): with
+    #: ``--vram-gb N`` the card is one it emulates (``with_emulated_vram``), not one it needs.
+    emulates_vram: ClassVar[bool] = False
+    #: Warnings the report adds about how this trainer measures itself (one sentence each).
+    report_notes: ClassVar[tuple[str, ...]] = ()
+    #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
+    config_suffix: ClassVar[str] = ".yaml"
+
+    def emulated_vram_gb(self, baseline: Baseline) -> float | None:
+        """The card size (GB) the baseline tells the trainer to emulate; ``None``: it emulates none."""
+        return None
+
+    def with_emulated_vram(self, baseline: Baseline, vram_gb: float) -> Baseline:
+        """The baseline set to emulate a ``vram_gb`` card (unchanged where the trainer emulates none)."""
+        return baseline
+
+    def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
+        """The argv that trains ``config_path`` (a config in this trainer's format) on
+        ``baseline.num_gpus`` GPUs, run from the trainer's folder: what a trial and ``autotune plan``
+        launch. Only trainers driven by a config file have one (``plan_baselines`` needs it)."""
+        raise UsageError(f"trainer {self.name!r} is not launched from a config file alone")

@@ -100,6 +100,8 @@ class CommandAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
+    label: ClassVar[str] = "your trainer"
+    takes_template: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("template", "cwd", "config_keys", "hook"))

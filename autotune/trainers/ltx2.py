@@ -134,6 +134,15 @@ class Ltx2Adapter(TrainerAdapter):
     knob_file: ClassVar[str] = "ltx2.yaml"
     #: The real trainer knows every section of the recipe, so missing ones are added.
     create_missing_sections: ClassVar[bool] = True
+    label: ClassVar[str] = "the LTX-2 trainer"
+    plan_baselines: ClassVar[bool] = True
+    loads_model_paths: ClassVar[bool] = True
+    needs_tier_gate: ClassVar[bool] = True
+    report_notes: ClassVar[tuple[str, ...]] = (
+        "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
+        "only at a few points (start, first step, every 200 steps, end) and including other "
+        "processes; autotune's own measure is shown beside it.",
+    )
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("trainer_dir", "launcher", "accelerate_config", "hook"))

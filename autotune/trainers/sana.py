@@ -163,6 +163,9 @@ class SanaAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "sana"
     knob_file: ClassVar[str] = "sana.yaml"
+    label: ClassVar[str] = "the Sana trainer"
+    #: ``final_config`` writes the training command as a shell script.
+    config_suffix: ClassVar[str] = ".sh"
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "hook"))
