@@ -345,7 +345,7 @@ class Sweep:
         num_gpus = max(1, int(getattr(baseline, "num_gpus", 1) or 1))
         target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
         max_bs = opts.max_batch_size or DEFAULT_MAX_BATCH_SIZE
-        limit = adapter.max_batch_size(baseline) if hasattr(adapter, "max_batch_size") else None
+        limit = adapter.max_batch_size(baseline)
         if limit is not None:
             max_bs = min(max_bs, int(limit))
         if opts.keep_effective_batch:
@@ -747,7 +747,7 @@ class Sweep:
             attrs["headroom_gb"] = round(card_gb - peak, 4)
         if attrs["outcome"] == Outcome.OK.value:
             attrs["fits"] = fits(peak, card_gb, headroom)
-        if outcome == Outcome.OOM and hasattr(oc, "parse_oom"):
+        if outcome == Outcome.OOM:
             details = oc.parse_oom(output)
             if details is not None:
                 for key, value in (
@@ -892,10 +892,8 @@ class Sweep:
         self.study.set_attr("ruled_out", out)
 
     def _write_reports(self) -> list[Path]:
-        try:
-            from autotune.report.build import write_reports
-        except ImportError:
-            return []
+        from autotune.report.build import write_reports
+
         try:
             written = write_reports(self.study.study, self.ctx.study_dir)
         except AutotuneError as exc:
@@ -963,10 +961,8 @@ class _Context:
 
 def _tier(vram_gb: float) -> str | None:
     """The VRAM tier id (``below-32GB``, ``32GB``, ``40-60GB``, ``80GB+``) of a card size."""
-    try:
-        from autotune.gpu.tiers import classify
-    except ImportError:  # pragma: no cover - shipped with autotune
-        return None
+    from autotune.gpu.tiers import classify
+
     try:
         return str(classify(vram_gb).tier)
     except (ValueError, AutotuneError):
@@ -977,17 +973,11 @@ def _visible_gpus(nvml: Nvml | None) -> list[tuple[int, str, int]]:
     """(NVML index, name, total bytes) of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` kept)."""
     if nvml is None:
         return []
-    try:
-        from autotune.gpu.probe import probe
+    from autotune.gpu.probe import probe
 
+    try:
         result = probe(lambda: nvml)
         return [(g.nvml_index, g.name, g.memory_total_bytes) for g in result.gpus]
-    except ImportError:  # pragma: no cover - shipped with autotune
-        pass
-    except Exception:
-        return []
-    try:
-        return [(d.index, d.name, d.memory_total_bytes) for d in nvml.devices()]
     except Exception:
         return []
 
