@@ -331,11 +331,15 @@ def test_reference_missing_baseline_is_a_clear_error(capsys: pytest.CaptureFixtu
     assert rc == 1 and "configs/reference/no_such_baseline.yaml is not in this installation" in err
 
 
-def test_reference_baselines(tmp_path: Path) -> None:
-    from configs import config_file
+@pytest.mark.parametrize("trainer", ["sana", "command"])
+def test_a_trainer_without_plan_baselines_is_sent_to_sweep(trainer: str) -> None:
+    with pytest.raises(UsageError) as err:
+        make_plan(trainer=trainer, vram_gb=48)
+    assert "'autotune plan' knows the baselines of ltx2, reference" in str(err.value)
+    assert f"autotune sweep --trainer {trainer} --config FILE" in str(err.value)
 
-    if not Path(str(config_file("reference", "low_vram.yaml"))).is_file():
-        pytest.skip("configs/reference/ has not landed yet")
+
+def test_reference_baselines(tmp_path: Path) -> None:
     for vram, kind in ((32, "low_vram"), (80, "standard")):
         plan = make_plan(trainer="reference", vram_gb=vram, output=tmp_path / "p.yaml")
         assert plan.source_path is not None and plan.source_path.name == f"{kind}.yaml"
