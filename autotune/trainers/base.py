@@ -18,6 +18,9 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
 - Every launch env sets ``AUTOTUNE_METRICS_FILE=<trial_dir>/trainer-metrics.json``.
 - Adapters take their options as keyword arguments (``get_adapter("ltx2",
   trainer_dir=..., launcher=[...])``); an unknown option is a ``UsageError``.
+- The hooks (class attributes such as ``needs_tier_gate``, and ``emulated_vram_gb``,
+  ``with_emulated_vram``, ``launch_argv``) answer what the sweep, the plan, the CLI and the
+  report need to know about a trainer: nothing outside ``trainers/`` tests a trainer's name.
 """
 
 from __future__ import annotations
