@@ -159,6 +159,15 @@ class ProcessTree:
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 proc.send_signal(sig)
 
+    def signal_new(self, sig: int, done: set[int]) -> None:
+        """Send ``sig`` to every live known process whose pid is not in ``done``, and add it there
+        (a process found after the group was signalled gets its turn, once)."""
+        for proc in self.alive():
+            if proc.pid not in done:
+                done.add(proc.pid)
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    proc.send_signal(sig)
+
 
 def kill_tree(
     pid: int | None = None,

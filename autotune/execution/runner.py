@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import psutil
-
 from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
 from autotune.errors import AutotuneError
 from autotune.execution.launch import LaunchSpec, redacted_env
@@ -418,11 +416,7 @@ class _Trial:
             tree.signal_all(_signal.SIGTERM)
             self.termed.update(p.pid for p in tree.alive())
         else:  # found since the SIGTERM (a setsid grandchild seen once its parent died): its turn
-            for p in tree.alive():
-                if p.pid not in self.termed:
-                    self.termed.add(p.pid)
-                    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                        p.send_signal(_signal.SIGTERM)
+            tree.signal_new(_signal.SIGTERM, self.termed)
         assert self.kill_at is not None
         if now >= self.kill_at:
             if self.killed_at is None:
