@@ -261,6 +261,6 @@ def _send(procs: Iterable[psutil.Process], sig: int) -> None:
 
 
 def _send_group(pgid: int | None, sig: int) -> None:
-    if pgid is not None:
+    if pgid is not None and pgid != os.getpgrp():  # never our own group
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
