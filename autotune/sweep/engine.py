@@ -48,9 +48,14 @@ from autotune.errors import (
     UsageError,
 )
 from autotune.execution.launch import LaunchSpec
+from autotune.execution.proctree import MARK_VAR
 from autotune.execution.runner import output_error
 from autotune.gpu.nvml import GIB, Nvml, open_nvml
 from autotune.store import study as st
+from autotune.store import urls
+from autotune.store.identity import ProcessIdentity
+from autotune.store.recovery import is_interrupted
+from autotune.store.storage import open_storage
 from autotune.sweep.progress import Progress
 
 #: Default fraction of the card kept free. Why 10 %: a short trial sees neither
@@ -86,7 +91,7 @@ class SweepOptions:
     config: Path | None = None
     study: str | None = None
     storage: str | None = None
-    workdir: Path = st.DEFAULT_WORKDIR
+    workdir: Path = urls.DEFAULT_WORKDIR
     vram_gb: float | None = None
     steps: int | None = None
     budget_s: float | None = None
@@ -321,7 +326,7 @@ class Sweep:
     def _run(self) -> SweepResult:
         opts = self.opts
         workdir = opts.workdir.expanduser().resolve()
-        storage_url = st.check_storage_url(opts.storage or st.default_storage_url(workdir))
+        storage_url = urls.check_storage_url(opts.storage or urls.default_storage_url(workdir))
         study_name = st.validate_study_name(opts.study or default_study_name(opts))
 
         from autotune.core.space import Space
@@ -384,9 +389,9 @@ class Sweep:
             # How the trainer is launched (--cmd's template, --trainer-dir): part of what the sweep is.
             "trainer_options": {k: str(v) for k, v in sorted(options.items())},
         }
-        storage = st.open_storage(storage_url)
+        storage = open_storage(storage_url)
         self.study = study = self._open_study(storage, study_name, settings, workdir)
-        me = st.Orchestrator.me()
+        me = ProcessIdentity.current()
         study.check_not_running_elsewhere(me)
         study.claim(me)
         for rec in study.recover_stale(me):
@@ -470,7 +475,7 @@ class Sweep:
         if not isinstance(number, int):
             return None
         trial = self.study.trial(number)
-        if trial.state == TrialState.RUNNING or st.is_interrupted(trial):
+        if trial.state == TrialState.RUNNING or is_interrupted(trial):
             return None  # it never finished: run the baseline again
         return number
 
@@ -526,7 +531,7 @@ class Sweep:
 
         out = []
         for t in self.study.trials():
-            if st.is_interrupted(t) or (t.user_attrs.get("role") == "confirm" and not include_confirm):
+            if is_interrupted(t) or (t.user_attrs.get("role") == "confirm" and not include_confirm):
                 continue
             if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING):
                 continue
@@ -567,7 +572,7 @@ class Sweep:
         bs = int(params.get(ctx.space.batch_knob or "batch_size", 1)) if ctx.space.batch_knob else 1
         ga, effective = accumulation_for(bs, ctx.target_effective, ctx.num_gpus)
         tag = uuid.uuid4().hex
-        me = st.Orchestrator.me()
+        me = ProcessIdentity.current()
         attrs: dict[str, Any] = {
             **me.as_attrs(),
             "role": role,
@@ -604,7 +609,7 @@ class Sweep:
             attrs_end.update({"outcome": Outcome.CONFIG_ERROR.value, "reason": _one_line(str(exc))})
             self.progress.trial_finished(trial.number, f"config_error: {_one_line(str(exc))}")
             return study.finish_trial(trial, attrs_end, None)
-        spec = replace(spec, env={**spec.env, st.TRIAL_TAG_ENV: tag, **self._trial_env()})
+        spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self._trial_env()})
         attrs_end["command"] = spec.shell_command()
         study.set_trial_attrs(trial, {"command": attrs_end["command"], "trial_dir": str(trial_dir)})
 
@@ -791,7 +796,7 @@ class Sweep:
         walls = [
             float(t.user_attrs["wall_s"])
             for t in self.study.trials((TrialState.COMPLETE, TrialState.FAIL))
-            if isinstance(t.user_attrs.get("wall_s"), (int, float)) and not st.is_interrupted(t)
+            if isinstance(t.user_attrs.get("wall_s"), (int, float)) and not is_interrupted(t)
         ]
         return statistics.median(walls) if walls else None
 
@@ -833,7 +838,7 @@ class Sweep:
             done = [
                 c
                 for c in self.study.trials((TrialState.COMPLETE, TrialState.FAIL))
-                if c.user_attrs.get("confirm_of") == number and not st.is_interrupted(c)
+                if c.user_attrs.get("confirm_of") == number and not is_interrupted(c)
             ]
             conf = done[-1] if done else None
             if conf is None:
