@@ -9,12 +9,13 @@ from urllib.parse import quote
 import optuna
 
 from autotune.errors import StorageError, StudyNotFoundError
-from autotune.store.sqlite import check_sqlite_file, redact_url
-from autotune.store.study import DEFAULT_WORKDIR, new_rdb_storage
+from autotune.store.sqlite import check_sqlite_file
+from autotune.store.storage import new_rdb_storage
+from autotune.store.urls import DB_FILE, DEFAULT_WORKDIR, redact_url
 
 
 def default_storage(workdir: Path | None = None) -> str:
-    return f"sqlite:///{(workdir or DEFAULT_WORKDIR).as_posix()}/studies.db"
+    return f"sqlite:///{(workdir or DEFAULT_WORKDIR).as_posix()}/{DB_FILE}"
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:

@@ -28,7 +28,7 @@ from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
@@ -94,7 +94,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-@register
 class CommandAdapter(TrainerAdapter):
     """Options: ``template`` (the command, required), ``cwd`` (where it runs; default the current
     folder), ``config_keys`` (param -> dotted key in the config, also for ``steps`` and
@@ -102,6 +101,8 @@ class CommandAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
+    label: ClassVar[str] = "your trainer"
+    takes_template: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("template", "cwd", "config_keys", "hook"))
