@@ -244,7 +244,7 @@ def _fraction(text: str) -> float:
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
     from autotune.core.units import format_duration
-    from autotune.sweep.engine import (
+    from autotune.sweep.options import (
         DEFAULT_HEADROOM,
         DEFAULT_MAX_BATCH_SIZE,
         DEFAULT_STALL_TIMEOUT_S,
@@ -375,7 +375,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep_options(args: argparse.Namespace) -> Any:
-    from autotune.sweep.engine import SweepOptions
+    from autotune.sweep.options import SweepOptions
 
     trainer = args.trainer or ("command" if args.cmd else None)
     if args.cmd and trainer != "command":
@@ -412,8 +412,8 @@ def _sweep_options(args: argparse.Namespace) -> Any:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import optuna
 
-    from autotune.sweep.engine import SweepInterrupted
-    from autotune.sweep.shared import run_sweep
+    from autotune.sweep.api import run_sweep
+    from autotune.sweep.options import SweepInterrupted
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # autotune prints its own progress
     opts = _sweep_options(args)
@@ -524,8 +524,8 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:
 def _cmd_worker(args: argparse.Namespace) -> int:
     import optuna
 
-    from autotune.sweep.engine import SweepInterrupted
-    from autotune.sweep.shared import run_worker
+    from autotune.sweep.api import run_worker
+    from autotune.sweep.options import SweepInterrupted
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:

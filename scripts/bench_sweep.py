@@ -265,11 +265,29 @@ def sweep_with(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv[:cut])
     rest = argv[cut + 1 :]
-    import autotune.core.strategy
-    from autotune import cli
+    import optuna
 
-    autotune.core.strategy.Strategy = factory(args.name, tpe_budget=args.tpe_budget, seed=args.seed)  # type: ignore[misc,assignment]
-    return int(cli.main(rest) or 0)
+    from autotune import cli
+    from autotune.errors import AutotuneError
+    from autotune.sweep.api import run_sweep
+    from autotune.sweep.options import SweepInterrupted
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    parsed = cli.build_parser().parse_args(rest)
+    try:  # the sweep as ``autotune sweep`` runs it, with this strategy through the sweep's seam
+        run_sweep(
+            cli._sweep_options(parsed),
+            parallel=parsed.parallel,
+            lease_s=parsed.lease,
+            strategy_factory=factory(args.name, tpe_budget=args.tpe_budget, seed=args.seed),
+        )
+    except SweepInterrupted as exc:
+        print(str(exc), file=sys.stderr)
+        return cli.EXIT_INTERRUPTED
+    except AutotuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return cli.EXIT_OK
 
 
 # --- the table ----------------------------------------------------------------------------------

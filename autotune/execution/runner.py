@@ -97,6 +97,19 @@ class RunLimits:
 
 
 @dataclass(frozen=True)
+class TrialProcess:
+    """The trial's started process, as ``on_start`` gets it: what a resume needs to end its leftovers.
+
+    ``mark`` is the environment mark every process of the trial carries; ``started_at`` the
+    wall-clock time of the start (``time.time()``).
+    """
+
+    pid: int
+    mark: str
+    started_at: float
+
+
+@dataclass(frozen=True)
 class RunResult:
     """What happened. ``returncode`` is Popen's (negative when a signal ended it); ``signal`` that signal."""
 
@@ -128,20 +141,23 @@ def run_trial(
     monitor: ResourceMonitor | None = None,
     stop: threading.Event | None = None,
     on_output: Callable[[str], None] | None = None,
+    on_start: Callable[[TrialProcess], None] | None = None,
 ) -> RunResult:
     """Run one trial to its end and record it in ``trial_dir``.
 
     Writes ``command.sh``, ``env.json`` (added env, secrets redacted),
     ``process.json`` (pid and environment mark, for ending orphans on resume),
     ``stdout.log``, ``stderr.log`` and ``memory.csv``. ``on_output`` gets each
-    output line (both streams) as it arrives. Without ``monitor``, host memory
+    output line (both streams) as it arrives; ``on_start`` the started process, once,
+    right after ``process.json`` is written (on the runner's thread: keep it quick,
+    it delays the reading of the trial's output). Without ``monitor``, host memory
     alone is sampled. Raises ``LaunchError`` when the command cannot start, and
     ``TrialOutputError`` when the trial folder cannot be written (the trial's
     processes are ended first).
     """
     trial_dir = Path(trial_dir)
     try:
-        return _Trial(spec, trial_dir, limits, monitor or ResourceMonitor(), stop, on_output).run()
+        return _Trial(spec, trial_dir, limits, monitor or ResourceMonitor(), stop, on_output, on_start).run()
     except OSError as exc:  # Popen's own errors are LaunchError; this is the folder
         raise output_error(exc, trial_dir) from exc
 
@@ -192,10 +208,12 @@ class _Trial:
         monitor: ResourceMonitor,
         stop: threading.Event | None,
         on_output: Callable[[str], None] | None,
+        on_start: Callable[[TrialProcess], None] | None = None,
     ) -> None:
         self.spec, self.dir, self.limits, self.monitor = spec, trial_dir, limits, monitor
         self.stop = stop or threading.Event()
         self.on_output = on_output
+        self.on_start = on_start
         self.tail = bytearray()
         self.total_bytes = 0
         self.notable: list[bytes] = []
@@ -246,6 +264,8 @@ class _Trial:
                 json.dumps({"pid": proc.pid, "mark": mark, "started_at": started_wall}) + "\n",
                 encoding="utf-8",
             )
+            if self.on_start is not None:
+                self.on_start(TrialProcess(proc.pid, mark, started_wall))
             tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall)
             assert proc.stdout is not None and proc.stderr is not None
             streams = [_Stream("stdout", proc.stdout, out_log), _Stream("stderr", proc.stderr, err_log)]
