@@ -264,14 +264,14 @@ class _Trial:
                 json.dumps({"pid": proc.pid, "mark": mark, "started_at": started_wall}) + "\n",
                 encoding="utf-8",
             )
-            if self.on_start is not None:
-                self.on_start(TrialProcess(proc.pid, mark, started_wall))
             tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall)
             assert proc.stdout is not None and proc.stderr is not None
             streams = [_Stream("stdout", proc.stdout, out_log), _Stream("stderr", proc.stderr, err_log)]
             self.monitor.start(tree, self.dir / "memory.csv")
             survivors: list[int] = []
             try:
+                if self.on_start is not None:  # inside: a callback that raises leaves no process behind
+                    self.on_start(TrialProcess(proc.pid, mark, started_wall))
                 survivors = self._loop(proc, tree, streams, t0)
             finally:
                 if proc.poll() is None or tree.alive():  # an exception (Ctrl-C) in the loop: leave nothing

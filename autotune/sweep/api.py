@@ -21,7 +21,13 @@ from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu, probe
 from autotune.store import study as st
 from autotune.store.sqlite import redact_url
-from autotune.sweep.options import OPTIONS_ATTR, SweepOptions, SweepResult, options_from_attr
+from autotune.sweep.options import (
+    OPTIONS_ATTR,
+    SweepInterrupted,
+    SweepOptions,
+    SweepResult,
+    options_from_attr,
+)
 from autotune.sweep.parallel import DEFAULT_LEASE_S, cards_for_parallel
 from autotune.sweep.session import SweepSession
 from autotune.sweep.setup import StrategyFactory
@@ -149,3 +155,15 @@ def _wait_for_study(name: str, url: str, wait_s: float, stream: TextIO) -> dict[
             )
             said = True
         time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
+
+
+__all__ = [
+    "DEFAULT_LEASE_S",
+    "StrategyFactory",
+    "SweepInterrupted",
+    "SweepOptions",
+    "SweepResult",
+    "run_sweep",
+    "run_worker",
+    "visible_gpus",
+]

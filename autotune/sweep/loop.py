@@ -114,7 +114,9 @@ class SearchLoop:
                 return why
             role = "search"
 
-            def propose(trials: Sequence[FrozenTrial], in_flight: Sequence[Mapping[str, Any]]) -> Any:
+            def propose(
+                trials: Sequence[FrozenTrial], in_flight: Sequence[Mapping[str, Any]]
+            ) -> Mapping[str, Any] | None:
                 # Decide from this snapshot only (the one the claim's run number is counted on):
                 # a baseline seen unfinished in an older read may have finished since.
                 nonlocal checked_baseline, role
