@@ -12,8 +12,9 @@ Two modes, side by side in one table:
 - ``real``: through the real orchestrator: ``autotune sweep --trainer command --cmd
   "PYTHON tests/fakes/sim_trainer.py ..."`` with real trial subprocesses and a real SQLite
   study per landscape; the simulated seconds are read back from each trial's metrics file
-  (never wall time). Our strategy runs as shipped; a competitor runs in the same loop with
-  the sweep's strategy class swapped (the hidden ``_sweep-with`` entry below).
+  (never wall time). Our strategy runs as shipped; a competitor runs in the same loop, handed
+  to the sweep through its strategy seam (``run_sweep(strategy_factory=...)``, from the hidden
+  ``_sweep-with`` entry below).
 
 Figures per strategy: share of landscapes where its pick is the true best (within 3 % of the
 true best's samples/s; the true best is the fastest point that fits under the landscape's
