@@ -3,24 +3,36 @@ pid it records through it, and the scheduler contract the loop relies on."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shlex
+import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
+import psutil
 import pytest
+from optuna.distributions import IntDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.space import Candidate, Space
 from autotune.core.strategy import Observation, Strategy
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.runner import RunLimits, TrialProcess, run_trial
 from autotune.store import study as st
+from autotune.store.claims import ClaimBook, WorkerIdentity, sqlite_timeout_engine
+from autotune.store.workers import reap_stale
 from autotune.sweep.api import run_sweep
-from autotune.sweep.options import SweepOptions
+from autotune.sweep.loop import Interrupt, LoopStop, SearchLoop
+from autotune.sweep.options import SweepInterrupted, SweepOptions
+from autotune.sweep.progress import Progress
+from autotune.sweep.scheduler import ClaimedScheduler, ClaimLost, LocalScheduler, Step
+from autotune.sweep.setup import SweepPlan, plan_sweep
 from tests.conftest import FAKES
 
 TEMPLATE = (
@@ -103,3 +115,83 @@ def test_the_runner_reports_the_started_process_once(tmp_path: Path) -> None:
     result = run_trial(launch, tmp_path / "t", RunLimits(30, 30), on_start=seen.append)
     process = json.loads((tmp_path / "t" / "process.json").read_text())
     assert seen == [TrialProcess(result.pid, process["mark"], process["started_at"])]
+
+
+# --- the loop against its scheduler and executor ---------------------------------------------------
+
+
+class FakeExecutor:
+    """Stands for ``TrialExecutor``: records each trial as an ok one at once, or fails as told."""
+
+    def __init__(self, plan: SweepPlan, scheduler: LocalScheduler, stop: LoopStop, fail: list[str]) -> None:
+        self.plan, self.scheduler, self.stop, self.fail = plan, scheduler, stop, fail
+        self.card = plan.card
+        self.runs: list[str] = []
+
+    def run(self, cand: Candidate, *, role: str, step: Step | None = None, **_: Any) -> FrozenTrial:
+        self.runs.append(role)
+        if role == "search" and self.fail:
+            how = self.fail.pop(0)
+            if how == "claim":
+                raise ClaimLost("cut off from the database")
+            self.stop.on_lost()  # the heartbeat found the claim reaped: the runner ended the trial
+            raise self.stop.interrupt.error()
+        trial = self.scheduler.start_trial(step, cand.params, self.plan.distributions, {"role": role})
+        return self.scheduler.finish_trial(trial, {"outcome": "ok", "samples_per_s": 1.0, "fits": True}, 1.0)
+
+
+def _loop(tmp: Path, fail: list[str]) -> tuple[SearchLoop, FakeExecutor, io.StringIO]:
+    plan = plan_sweep(_opts(tmp, max_trials=3), False)
+    scheduler = LocalScheduler.open(st.open_storage(plan.storage_url), plan)
+    stop = LoopStop(Interrupt())
+    executor = FakeExecutor(plan, scheduler, stop, fail)
+    out = io.StringIO()
+    loop = SearchLoop(plan, scheduler, executor, progress=Progress(out, tty=False), stop=stop)  # type: ignore[arg-type]
+    return loop, executor, out
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("claim", "cut off from the database; another worker runs that candidate"),
+        ("heartbeat", "this worker lost its claim on the running trial; another worker runs that candidate"),
+    ],
+)
+def test_a_lost_claim_is_said_and_the_loop_goes_on(tmp_path: Path, how: str, said: str) -> None:
+    loop, executor, out = _loop(tmp_path, [how])
+    assert loop.run() == "max-trials (3) reached"
+    assert executor.runs == ["baseline", "search", "search", "search"]
+    assert out.getvalue().count(said) == 1
+    assert not loop.stop.event.is_set() and not loop.stop.lost.is_set()
+
+
+def test_a_signal_during_a_lost_claim_still_stops_the_loop(tmp_path: Path) -> None:
+    loop, _, _ = _loop(tmp_path, ["heartbeat"])
+    loop.stop.interrupt.signum = signal.SIGTERM
+    with pytest.raises(SweepInterrupted, match="interrupted by SIGTERM"):
+        loop.run()
+
+
+def test_a_claimed_trial_reaped_meanwhile_records_nothing(tmp_path: Path) -> None:
+    """The scheduler's contract: ``finish_trial`` writes only while the claim holds, else calls ``on_lost``."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = st.SweepStudy.open_or_create(st.open_storage(url), "s", {})[0]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ghost = dataclasses.replace(
+        WorkerIdentity.current(), name="ghost", pid=child.pid,
+        pid_started=round(psutil.Process(child.pid).create_time(), 3),
+    )  # fmt: skip
+    lost: list[bool] = []
+    book = ClaimBook(sqlite_timeout_engine(url), study._study_id, worker=ghost, lease_s=3600)
+    scheduler = ClaimedScheduler(study, book, lambda: lost.append(True))
+    trial = scheduler.start_trial(None, {"x": 1}, {"x": IntDistribution(0, 7)}, {"role": "confirm"})
+    assert trial.user_attrs["worker"] == "ghost"
+    child.kill()
+    child.wait()
+    reaper = ClaimBook(sqlite_timeout_engine(url), study._study_id)
+    [reaped] = reap_stale(study.study, reaper)
+    assert reaped.number == trial.number
+    finished = scheduler.finish_trial(trial, {"outcome": "ok", "samples_per_s": 2.0}, 2.0)
+    assert lost == [True]
+    assert finished.state == TrialState.FAIL and finished.user_attrs["outcome"] == "interrupted"
+    assert "samples_per_s" not in finished.user_attrs
