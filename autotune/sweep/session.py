@@ -118,6 +118,36 @@ class SweepSession:
 
     def _run(self) -> SweepResult:
         plan = plan_sweep(self.opts, self._nvml_arg, pin=self.pin, strategy_factory=self.strategy_factory)
+        scheduler, claimed = self._open(plan)
+        executor = TrialExecutor(
+            plan,
+            scheduler,
+            card=plan.card,
+            env=trial_env(self.pin),
+            progress=self.progress,
+            stop=self.stop.event,
+            interrupted=self.interrupt.error,
+        )
+        loop = SearchLoop(plan, scheduler, executor, progress=self.progress, stop=self.stop)
+        threads = [self._start_sibling(gpu, plan, claimed) for gpu in self.siblings] if claimed else []
+        try:
+            stop_reason = loop.run()
+        except BaseException:
+            self.stop.event.set()
+            raise
+        finally:
+            for t in threads:
+                t.join()
+            for gpu, exc in self.sibling_errors:
+                if not isinstance(exc, SweepInterrupted):  # Ctrl-C: said once, by this worker
+                    self.progress.line(f"the worker on {_prefix(gpu).strip()} stopped: {exc}")
+        study = scheduler.study
+        if not self.concludes:  # a worker leaves the best, confirmation and report to the sweep
+            return conclude.result(study, plan.study_name, plan.storage_url, None, stop_reason, [], self.t0)
+        return self._conclude(plan, loop, executor, stop_reason)
+
+    def _open(self, plan: SweepPlan) -> tuple[Scheduler, ClaimedScheduler | None]:
+        """The study, through this run's scheduler, taken charge of; says what a resume found."""
         opts, card = self.opts, plan.card
         storage = st.open_storage(plan.storage_url)
         scheduler: Scheduler
@@ -153,35 +183,15 @@ class SweepSession:
             + ("" if card.name.startswith(("emulated", "planned")) else f" ({format_gb(card.vram_gb)})")
             + f": fits at <= {format_gb((1 - opts.headroom) * card.vram_gb)} ({opts.headroom:.0%} headroom)"
         )
+        return scheduler, claimed
 
-        executor = TrialExecutor(
-            plan,
-            scheduler,
-            card=card,
-            env=trial_env(self.pin),
-            progress=self.progress,
-            stop=self.stop.event,
-            interrupted=self.interrupt.error,
-        )
-        loop = SearchLoop(plan, scheduler, executor, progress=self.progress, stop=self.stop)
-        threads = [self._start_sibling(gpu, plan, claimed) for gpu in self.siblings] if claimed else []
-        try:
-            stop_reason = loop.run()
-        except BaseException:
-            self.stop.event.set()
-            raise
-        finally:
-            for t in threads:
-                t.join()
-            for gpu, exc in self.sibling_errors:
-                if not isinstance(exc, SweepInterrupted):  # Ctrl-C: said once, by this worker
-                    self.progress.line(f"the worker on {_prefix(gpu).strip()} stopped: {exc}")
-
-        name, url = plan.study_name, plan.storage_url
-        if not self.concludes:  # a worker leaves the best, confirmation and report to the sweep
-            return conclude.result(study, name, url, None, stop_reason, [], self.t0)
+    def _conclude(
+        self, plan: SweepPlan, loop: SearchLoop, executor: TrialExecutor, stop_reason: str
+    ) -> SweepResult:
+        """The winner (confirmed with ``--confirm``), what was ruled out, the reports, the result."""
+        study = loop.scheduler.study
         best_trial = conclude.pick_best(study, plan.space, plan.strategy)
-        if best_trial is not None and opts.confirm and stop_reason == "done":
+        if best_trial is not None and plan.opts.confirm and stop_reason == "done":
             best_trial = conclude.confirm(
                 study,
                 plan.space,
@@ -196,7 +206,9 @@ class SweepSession:
         study.set_attr("stop_reason", stop_reason)
         conclude.record_ruled_out(study, plan.space, plan.strategy)
         reports = conclude.write_reports(study, plan.study_dir, self.progress)
-        return conclude.result(study, name, url, best_trial, stop_reason, reports, self.t0)
+        return conclude.result(
+            study, plan.study_name, plan.storage_url, best_trial, stop_reason, reports, self.t0
+        )
 
     def _start_sibling(self, gpu: VisibleGpu, plan: SweepPlan, root: ClaimedScheduler) -> threading.Thread:
         """Another card of this machine: its own loop, executor, claims and stop, in a thread."""
