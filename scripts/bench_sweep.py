@@ -269,9 +269,8 @@ def sweep_with(argv: list[str]) -> int:
     import optuna
 
     from autotune import cli
-    from autotune.errors import AutotuneError
+    from autotune.errors import AutotuneError, SweepInterrupted
     from autotune.sweep.api import run_sweep
-    from autotune.sweep.options import SweepInterrupted
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     parsed = cli.build_parser().parse_args(rest)

@@ -23,7 +23,7 @@ import pytest
 from autotune.errors import ConfigError
 from autotune.execution.launch import REDACTED, LaunchSpec, is_secret_name
 from autotune.execution.runner import RunLimits, run_trial
-from autotune.trainers.base import Baseline, get_adapter
+from autotune.trainers import Baseline, get_adapter
 from tests.conftest import FAKES, REPO
 
 ARGV_TRAINER = FAKES / "argv_trainer.py"

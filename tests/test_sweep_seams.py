@@ -22,16 +22,21 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.space import Candidate, Space
 from autotune.core.strategy import Observation, Strategy
+from autotune.errors import ClaimLost, SweepInterrupted
 from autotune.execution.launch import LaunchSpec
-from autotune.execution.runner import RunLimits, TrialProcess, run_trial
+from autotune.execution.proctree import ProcessRecord
+from autotune.execution.runner import RunLimits, run_trial
+from autotune.store import optuna_private as op
 from autotune.store import study as st
-from autotune.store.claims import ClaimBook, WorkerIdentity, sqlite_timeout_engine
-from autotune.store.workers import reap_stale
+from autotune.store.claims import ClaimBook
+from autotune.store.identity import ProcessIdentity
+from autotune.store.recovery import reap_stale
+from autotune.store.storage import open_storage
 from autotune.sweep.api import run_sweep
 from autotune.sweep.loop import Interrupt, LoopStop, SearchLoop
-from autotune.sweep.options import SweepInterrupted, SweepOptions
+from autotune.sweep.options import SweepOptions
 from autotune.sweep.progress import Progress
-from autotune.sweep.scheduler import ClaimedScheduler, ClaimLost, LocalScheduler, Step
+from autotune.sweep.scheduler import ClaimedScheduler, LocalScheduler, Step
 from autotune.sweep.setup import SweepPlan, plan_sweep
 from tests.conftest import FAKES
 
@@ -89,7 +94,7 @@ def test_the_sweep_runs_the_strategy_it_is_given(fake_env: Path, claims: bool) -
     )  # fmt: skip
     assert [(card, headroom) for _, card, headroom in strategy.built] == [(16, 0.1)]
     assert result.trials_run == 3 and result.stop_reason == "max-trials (3) reached"
-    storage = st.open_storage(result.storage)
+    storage = open_storage(result.storage)
     trials = optuna.load_study(study_name=result.study, storage=storage).get_trials()
     assert trials[0].user_attrs["role"] == "baseline"
     # every trial after the baseline is one the strategy proposed, in its order
@@ -102,7 +107,7 @@ def test_the_trial_records_the_process_the_runner_started(fake_env: Path) -> Non
     result = run_sweep(
         _opts(fake_env, max_trials=1), nvml=False, stream=io.StringIO(), tty=False, claims=False
     )
-    trial = optuna.load_study(study_name=result.study, storage=st.open_storage(result.storage)).trials[0]
+    trial = optuna.load_study(study_name=result.study, storage=open_storage(result.storage)).trials[0]
     process = json.loads((Path(trial.user_attrs["trial_dir"]) / "process.json").read_text())
     assert trial.user_attrs["pid"] == trial.user_attrs["pgid"] == process["pid"]
     assert trial.user_attrs["process_mark"] == process["mark"]
@@ -110,11 +115,11 @@ def test_the_trial_records_the_process_the_runner_started(fake_env: Path) -> Non
 
 
 def test_the_runner_reports_the_started_process_once(tmp_path: Path) -> None:
-    seen: list[TrialProcess] = []
+    seen: list[ProcessRecord] = []
     launch = LaunchSpec(argv=(sys.executable, "-c", "print('Step 1/1')"), cwd=tmp_path, env={})
     result = run_trial(launch, tmp_path / "t", RunLimits(30, 30), on_start=seen.append)
     process = json.loads((tmp_path / "t" / "process.json").read_text())
-    assert seen == [TrialProcess(result.pid, process["mark"], process["started_at"])]
+    assert seen == [ProcessRecord(result.pid, process["mark"], process["started_at"])]
 
 
 # --- the loop against its scheduler and executor ---------------------------------------------------
@@ -142,7 +147,7 @@ class FakeExecutor:
 
 def _loop(tmp: Path, fail: list[str]) -> tuple[SearchLoop, FakeExecutor, io.StringIO]:
     plan = plan_sweep(_opts(tmp, max_trials=3), False)
-    scheduler = LocalScheduler.open(st.open_storage(plan.storage_url), plan)
+    scheduler = LocalScheduler.open(open_storage(plan.storage_url), plan)
     stop = LoopStop(Interrupt())
     executor = FakeExecutor(plan, scheduler, stop, fail)
     out = io.StringIO()
@@ -175,20 +180,21 @@ def test_a_signal_during_a_lost_claim_still_stops_the_loop(tmp_path: Path) -> No
 def test_a_claimed_trial_reaped_meanwhile_records_nothing(tmp_path: Path) -> None:
     """The scheduler's contract: ``finish_trial`` writes only while the claim holds, else calls ``on_lost``."""
     url = f"sqlite:///{tmp_path / 'studies.db'}"
-    study = st.SweepStudy.open_or_create(st.open_storage(url), "s", {})[0]
+    storage = open_storage(url)
+    study = st.SweepStudy.open_or_create(storage, "s", {})[0]
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     ghost = dataclasses.replace(
-        WorkerIdentity.current(), name="ghost", pid=child.pid,
-        pid_started=round(psutil.Process(child.pid).create_time(), 3),
+        ProcessIdentity.current(), name="ghost", pid=child.pid,
+        started=round(psutil.Process(child.pid).create_time(), 3),
     )  # fmt: skip
     lost: list[bool] = []
-    book = ClaimBook(sqlite_timeout_engine(url), study._study_id, worker=ghost, lease_s=3600)
+    book = ClaimBook(op.engine(storage), study.study_id, worker=ghost, lease_s=3600)
     scheduler = ClaimedScheduler(study, book, lambda: lost.append(True))
     trial = scheduler.start_trial(None, {"x": 1}, {"x": IntDistribution(0, 7)}, {"role": "confirm"})
     assert trial.user_attrs["worker"] == "ghost"
     child.kill()
     child.wait()
-    reaper = ClaimBook(sqlite_timeout_engine(url), study._study_id)
+    reaper = ClaimBook(op.engine(storage), study.study_id)
     [reaped] = reap_stale(study.study, reaper)
     assert reaped.number == trial.number
     finished = scheduler.finish_trial(trial, {"outcome": "ok", "samples_per_s": 2.0}, 2.0)

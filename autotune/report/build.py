@@ -34,11 +34,11 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config.yamlconf import load_yaml
 from autotune.errors import AutotuneError, StorageError, UsageError
 from autotune.report import svgchart
-from autotune.store.sqlite import check_sqlite_file, redact_url
-from autotune.store.study import new_rdb_storage
-from autotune.trainers.base import Baseline, TrainerAdapter, get_adapter
+from autotune.store.sqlite import check_sqlite_file
+from autotune.store.storage import new_rdb_storage
+from autotune.store.urls import DB_FILE, DEFAULT_WORKDIR, redact_url
+from autotune.trainers import Baseline, TrainerAdapter, get_adapter
 
-DEFAULT_WORKDIR = Path("autotune-runs")
 REPORT_FORMATS = ("md", "html", "json")
 #: Preferred values for near-ties when the trainer's knob file names none.
 DEFAULT_FIDELITY: dict[str, Any] = {"quantization": "none", "optimizer": "adamw"}
@@ -163,7 +163,7 @@ class Report:
 
 
 def default_storage(workdir: Path | None = None) -> str:
-    return f"sqlite:///{(workdir or DEFAULT_WORKDIR).as_posix()}/studies.db"
+    return f"sqlite:///{(workdir or DEFAULT_WORKDIR).as_posix()}/{DB_FILE}"
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:

@@ -16,12 +16,15 @@ from optuna.trial import TrialState
 
 from autotune.core.units import format_duration, format_gb
 from autotune.store import study as st
+from autotune.store import urls
+from autotune.store.identity import ProcessIdentity
+from autotune.store.storage import open_storage
 
 
 def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> dict[str, Any]:
     """Everything the status view shows, as plain data (``--json`` prints it as is)."""
-    url = storage or st.default_storage_url(workdir or st.DEFAULT_WORKDIR)
-    s = st.SweepStudy.load(st.open_storage(url, create=False), study)
+    url = storage or urls.default_storage_url(workdir or urls.DEFAULT_WORKDIR)
+    s = st.SweepStudy.load(open_storage(url, create=False), study)
     attrs = s.user_attrs
     settings = attrs.get("settings") or {}
     trials = s.trials()
@@ -31,7 +34,7 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
     for t in trials:
         if t.state != TrialState.RUNNING:
             continue
-        owner = st.Orchestrator.from_attrs(t.user_attrs)
+        owner = ProcessIdentity.from_attrs(t.user_attrs)
         running.append(
             {
                 "number": t.number,

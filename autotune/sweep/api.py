@@ -16,14 +16,16 @@ from typing import Any, TextIO
 
 from autotune.core.strategy import Strategy
 from autotune.core.units import format_duration
-from autotune.errors import StorageError, StudyMismatchError, UsageError
+from autotune.errors import StorageError, StudyMismatchError, SweepInterrupted, UsageError
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu, probe
+from autotune.store import optuna_private as op
 from autotune.store import study as st
-from autotune.store.sqlite import redact_url
+from autotune.store import urls
+from autotune.store.storage import open_storage
+from autotune.store.urls import redact_url
 from autotune.sweep.options import (
     OPTIONS_ATTR,
-    SweepInterrupted,
     SweepOptions,
     SweepResult,
     options_from_attr,
@@ -85,7 +87,7 @@ def run_worker(
 ) -> SweepResult:
     """``autotune worker``: join a study another ``autotune sweep`` started, on one card or all."""
     st.validate_study_name(study)
-    st.check_storage_url(storage)
+    urls.check_storage_url(storage)
     stored = _wait_for_study(study, storage, wait_s, stream or sys.stderr)
     gpus = visible_gpus(nvml)
     pin: VisibleGpu | None = None
@@ -101,9 +103,9 @@ def run_worker(
     elif gpus:
         cards = cards_for_parallel(gpus)
         pin, siblings = cards[0], cards[1:]
-    default_workdir = Path(str(stored.get("workdir") or st.DEFAULT_WORKDIR))
+    default_workdir = Path(str(stored.get("workdir") or urls.DEFAULT_WORKDIR))
     if workdir is None:
-        workdir = default_workdir if default_workdir.is_dir() else st.DEFAULT_WORKDIR
+        workdir = default_workdir if default_workdir.is_dir() else urls.DEFAULT_WORKDIR
     opts = options_from_attr(stored[OPTIONS_ATTR], study=study, storage=storage, workdir=workdir)
     worker = SweepSession(
         opts, stream=stream, nvml=nvml, pin=pin, siblings=siblings, lease_s=lease_s, concludes=False
@@ -126,19 +128,19 @@ def _wait_for_study(name: str, url: str, wait_s: float, stream: TextIO) -> dict[
     """
     deadline = time.monotonic() + wait_s
     shown = redact_url(url)
-    path = st.sqlite_path(url)
+    path = urls.sqlite_path(url)
     said = False
     while True:
         try:
             if path is not None and not path.exists():  # the sweep has not created it yet
                 raise StorageError(f"no study database at {path} yet")
-            storage = st.open_storage(url, create=False)
+            storage = open_storage(url, create=False)
             if name in st.study_names(storage):
                 attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
                 if OPTIONS_ATTR in attrs:
-                    storage.engine.dispose()
+                    op.engine(storage).dispose()
                     return dict(attrs)
-            storage.engine.dispose()
+            op.engine(storage).dispose()
             problem = f"no study {name!r} in {shown} yet"
         except StorageError as exc:
             problem = str(exc)

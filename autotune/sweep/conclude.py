@@ -16,6 +16,7 @@ from autotune.core.outcome import Outcome
 from autotune.core.space import Candidate, Space
 from autotune.errors import AutotuneError
 from autotune.store import study as st
+from autotune.store.recovery import is_interrupted
 from autotune.sweep.history import observations
 from autotune.sweep.options import CONFIRM_ATTEMPTS, CONFIRM_STEPS_FACTOR, SweepResult
 from autotune.sweep.progress import Progress
@@ -71,7 +72,7 @@ def confirm(
         done = [
             c
             for c in study.trials((TrialState.COMPLETE, TrialState.FAIL))
-            if c.user_attrs.get("confirm_of") == number and not st.is_interrupted(c)
+            if c.user_attrs.get("confirm_of") == number and not is_interrupted(c)
         ]
         conf = done[-1] if done else None
         if conf is None:

@@ -24,21 +24,16 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.outcome import Outcome
 from autotune.core.space import Candidate
-from autotune.errors import ConfigError
+from autotune.errors import CandidateRefused, ConfigError, SweepInterrupted, TrialOutputError
 from autotune.execution.launch import LaunchSpec
-from autotune.execution.runner import (
-    RunLimits,
-    RunResult,
-    TrialOutputError,
-    TrialProcess,
-    output_error,
-    run_trial,
-)
-from autotune.store import study as st
+from autotune.execution.proctree import MARK_VAR, ProcessRecord
+from autotune.execution.runner import RunLimits, RunResult, output_error, run_trial
+from autotune.store.identity import ProcessIdentity
+from autotune.store.recovery import is_interrupted
 from autotune.sweep.conclude import fastest_fitting
 from autotune.sweep.measure import measure, one_line, summary
 from autotune.sweep.naming import accumulation_for, label
-from autotune.sweep.options import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TRIAL_TIMEOUT_S, SweepInterrupted
+from autotune.sweep.options import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TRIAL_TIMEOUT_S
 from autotune.sweep.progress import Progress
 from autotune.sweep.scheduler import Scheduler, Step
 from autotune.sweep.setup import Card, SweepPlan
@@ -78,7 +73,7 @@ class TrialExecutor:
         bs = int(params.get(space.batch_knob or "batch_size", 1)) if space.batch_knob else 1
         ga, effective = accumulation_for(bs, plan.target_effective, plan.num_gpus)
         tag = uuid.uuid4().hex
-        me = st.Orchestrator.me()
+        me = ProcessIdentity.current()
         attrs: dict[str, Any] = {
             **me.as_attrs(),
             "role": role,
@@ -111,11 +106,11 @@ class TrialExecutor:
             )
         except TrialOutputError as exc:
             self._stop_for_output_error(trial, attrs_end, exc)
-        except ConfigError as exc:
+        except (CandidateRefused, ConfigError) as exc:
             attrs_end.update({"outcome": Outcome.CONFIG_ERROR.value, "reason": one_line(str(exc))})
             self.progress.trial_finished(trial.number, f"config_error: {one_line(str(exc))}")
             return scheduler.finish_trial(trial, attrs_end, None)
-        spec = replace(spec, env={**spec.env, st.TRIAL_TAG_ENV: tag, **self.env})
+        spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self.env})
         attrs_end["command"] = spec.shell_command()
         scheduler.set_trial_attrs(trial, {"command": attrs_end["command"], "trial_dir": str(trial_dir)})
 
@@ -170,7 +165,7 @@ class TrialExecutor:
         monitor = ResourceMonitor(nvml, self.card.indices) if nvml is not None and self.card.indices else None
         result: list[RunResult] = []
         error: list[BaseException] = []
-        started: list[TrialProcess] = []  # the runner's ``on_start``, from its thread
+        started: list[ProcessRecord] = []  # the runner's ``on_start``, from its thread
 
         def work() -> None:
             try:
@@ -202,7 +197,7 @@ class TrialExecutor:
         worker.join()
         return (result[0] if result else None), (error[0] if error else None)
 
-    def _record_pid(self, trial: FrozenTrial, process: TrialProcess) -> None:
+    def _record_pid(self, trial: FrozenTrial, process: ProcessRecord) -> None:
         """Store the trial's pid/pgid and mark (the runner's ``on_start``) so a resume can end it."""
         attrs: dict[str, Any] = {"pid": process.pid, "pgid": process.pid}
         if process.mark:
@@ -236,7 +231,7 @@ class TrialExecutor:
         walls = [
             float(t.user_attrs["wall_s"])
             for t in self.scheduler.study.trials((TrialState.COMPLETE, TrialState.FAIL))
-            if isinstance(t.user_attrs.get("wall_s"), (int, float)) and not st.is_interrupted(t)
+            if isinstance(t.user_attrs.get("wall_s"), (int, float)) and not is_interrupted(t)
         ]
         return statistics.median(walls) if walls else None
 

@@ -9,6 +9,7 @@ from autotune.core.space import Space
 from autotune.core.strategy import Observation
 from autotune.errors import ConfigError
 from autotune.store import study as st
+from autotune.store.recovery import is_interrupted
 
 
 def observations(
@@ -18,7 +19,7 @@ def observations(
     (outcome None: never proposed again), each with the trial it came from."""
     out = []
     for t in study.trials():
-        if st.is_interrupted(t) or (t.user_attrs.get("role") == "confirm" and not include_confirm):
+        if is_interrupted(t) or (t.user_attrs.get("role") == "confirm" and not include_confirm):
             continue
         if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING):
             continue

@@ -21,16 +21,16 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.outcome import Outcome
 from autotune.core.strategy import Observation
 from autotune.core.units import format_duration
-from autotune.errors import BaselineFailedError
+from autotune.errors import BaselineFailedError, ClaimLost, SweepInterrupted
 from autotune.store import study as st
-from autotune.store.workers import Reaped, Waiting
+from autotune.store.recovery import Reaped, is_interrupted
+from autotune.store.workers import Waiting
 from autotune.sweep.conclude import write_reports
 from autotune.sweep.executor import TrialExecutor
 from autotune.sweep.history import history
 from autotune.sweep.naming import label
-from autotune.sweep.options import SweepInterrupted
 from autotune.sweep.progress import Progress
-from autotune.sweep.scheduler import ClaimLost, Scheduler
+from autotune.sweep.scheduler import Scheduler
 from autotune.sweep.setup import SweepPlan
 
 _BASELINE_HINTS = {
@@ -226,6 +226,6 @@ class SearchLoop:
 def _finished_baseline(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
     """The baseline trial once it finished (not interrupted): decided by the trials, not an attr."""
     for t in trials:
-        if t.state.is_finished() and t.user_attrs.get("role") == "baseline" and not st.is_interrupted(t):
+        if t.state.is_finished() and t.user_attrs.get("role") == "baseline" and not is_interrupted(t):
             return t
     return None

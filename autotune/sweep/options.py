@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError
-
 #: Default fraction of the card kept free. Why 10 %: a short trial sees neither
 #: validation nor checkpoint saving nor the slow growth of fragmentation (an A100
 #: 80 GB run of the LTX-2 trainer hit OOM only after 2000 steps), the trainer's own
@@ -43,15 +41,9 @@ OPTIONS_ATTR = "sweep_options"
 
 
 def _default_workdir() -> Path:
-    from autotune.store.study import DEFAULT_WORKDIR
+    from autotune.store.urls import DEFAULT_WORKDIR
 
     return DEFAULT_WORKDIR
-
-
-class SweepInterrupted(AutotuneError):
-    """Ctrl-C or SIGTERM: the running trial was ended and recorded ``interrupted``."""
-
-    exit_code = 130
 
 
 @dataclass

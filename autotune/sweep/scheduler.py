@@ -24,24 +24,15 @@ from optuna.distributions import BaseDistribution
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.errors import AutotuneError
+from autotune.errors import ClaimLost
+from autotune.store import optuna_private as op
 from autotune.store import study as st
-from autotune.store.claims import Claim, ClaimBook, Heartbeat, WorkerIdentity
-from autotune.store.workers import (
-    Propose,
-    Reaped,
-    Waiting,
-    attach_or_fail,
-    claim_next,
-    fail_trial,
-    reap_stale,
-)
+from autotune.store.claims import Claim, ClaimBook, Heartbeat
+from autotune.store.identity import ProcessIdentity
+from autotune.store.recovery import Reaped, Recovered, end_trial_processes, fail_trial, reap_stale
+from autotune.store.workers import Propose, Waiting, attach_or_fail, claim_next
 from autotune.sweep.options import OPTIONS_ATTR, options_to_attr
 from autotune.sweep.setup import SweepPlan
-
-
-class ClaimLost(AutotuneError):
-    """This worker was cut off from the database longer than its lease; another took its candidate."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +66,7 @@ class Scheduler(Protocol):
 
     study: st.SweepStudy
 
-    def begin(self, me: st.Orchestrator) -> list[st.Recovered]: ...
+    def begin(self, me: ProcessIdentity) -> list[Recovered]: ...
 
     def running(self) -> int: ...
 
@@ -110,7 +101,7 @@ class LocalScheduler:
             st.SweepStudy.open_or_create(storage, plan.study_name, plan.settings, workdir=plan.workdir)[0]
         )
 
-    def begin(self, me: st.Orchestrator) -> list[st.Recovered]:
+    def begin(self, me: ProcessIdentity) -> list[Recovered]:
         self.study.check_not_running_elsewhere(me)
         self.study.claim(me)
         return self.study.recover_stale(me)
@@ -172,7 +163,7 @@ class ClaimedScheduler:
         """Open (or create) the study, with this worker's claim book; stores the sweep's options once."""
         study = st.SweepStudy.open_or_create(storage, plan.study_name, plan.settings, workdir=plan.workdir)[0]
         book = ClaimBook(
-            storage.engine, study._study_id, worker=WorkerIdentity.current(label), lease_s=lease_s
+            op.engine(storage), study.study_id, worker=ProcessIdentity.current(label), lease_s=lease_s
         )
         if OPTIONS_ATTR not in study.user_attrs:
             study.set_attr(OPTIONS_ATTR, options_to_attr(plan.opts))
@@ -183,16 +174,16 @@ class ClaimedScheduler:
         storage = self.study.storage
         twin = st.SweepStudy(storage, self.study.study)
         book = ClaimBook(
-            storage.engine,
-            self.study._study_id,
-            worker=WorkerIdentity.current(label),
+            op.engine(storage),
+            self.study.study_id,
+            worker=ProcessIdentity.current(label),
             lease_s=self.book.lease_s,
         )
         return ClaimedScheduler(twin, book, on_lost)
 
     # taking charge
 
-    def begin(self, me: st.Orchestrator) -> list[st.Recovered]:
+    def begin(self, me: ProcessIdentity) -> list[Recovered]:
         """Workers may join a study anywhere (the claims keep them apart); a second concluding
         sweep of the same study on this machine is still refused, as for any sweep. Only the
         sweep that concludes the study stands for it (``autotune status``, that check)."""
@@ -201,32 +192,32 @@ class ClaimedScheduler:
             self.study.claim(me)
         return self._recover_stale()
 
-    def _recover_stale(self) -> list[st.Recovered]:
+    def _recover_stale(self) -> list[Recovered]:
         """Fail the trials of dead workers (claims) and of dead unclaimed sweeps on this machine."""
         study = self.study
         study.refresh()
         out = [
-            st.Recovered(r.number, r.params, list(r.killed))
+            Recovered(r.number, r.params, list(r.killed))
             for r in reap_stale(study.study, self.book, end_processes=self.end_processes)
         ]
         claimed = {c.trial_id for c in self.book.all_claims()}
         for t in study.trials((TrialState.RUNNING,)):
-            if t._trial_id in claimed:
+            if op.trial_id(t) in claimed:
                 continue
-            owner = st.Orchestrator.from_attrs(t.user_attrs)
+            owner = ProcessIdentity.from_attrs(t.user_attrs)
             if owner is None or owner.alive():
                 continue  # another machine's, or still running: not ours to end
-            killed = st.end_trial_processes(t)
+            killed = end_trial_processes(t)
             if fail_trial(
-                study.study, t._trial_id, "interrupted: the sweep running it stopped; it is run again"
+                study.study, op.trial_id(t), "interrupted: the sweep running it stopped; it is run again"
             ):
-                out.append(st.Recovered(t.number, dict(t.params), killed))
+                out.append(Recovered(t.number, dict(t.params), killed))
         return out
 
     def end_processes(self, trial_id: int) -> list[int]:
         """End what is left of a dead worker's trial on this machine (its trainer has its own
         session, so it outlives the worker and holds the card); the pids ended."""
-        return st.end_trial_processes(self.study.storage.get_trial(trial_id))
+        return end_trial_processes(self.study.storage.get_trial(trial_id))
 
     # what may start
 
@@ -280,7 +271,7 @@ class ClaimedScheduler:
                 )
         self.study.refresh()
         trial = self.study.start_trial(params, dists, {**attrs, "worker": self.book.worker.name})
-        if not attach_or_fail(self.study.study, self.book, claim, trial._trial_id):
+        if not attach_or_fail(self.study.study, self.book, claim, op.trial_id(trial)):
             raise ClaimLost(
                 f"this worker stalled for longer than its lease ({self.book.lease_s:g}s) while starting "
                 f"trial {trial.number}; another worker took the candidate"
@@ -303,7 +294,7 @@ class ClaimedScheduler:
             return self.study.finish_trial(trial, attrs, value)
         if not self.book.renew(claim):  # reaped: the trial was failed and handed on; write nothing
             self.on_lost()
-            return self.study.storage.get_trial(trial._trial_id)
+            return self.study.storage.get_trial(op.trial_id(trial))
         # The renewal leaves a whole lease to write the result before anyone may reap it.
         self.study.refresh()
         finished = self.study.finish_trial(trial, attrs, value)

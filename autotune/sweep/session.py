@@ -32,18 +32,19 @@ from typing import TextIO, cast
 
 from autotune.core.strategy import Strategy
 from autotune.core.units import format_gb
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, ClaimLost, SweepInterrupted
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu
-from autotune.store import study as st
+from autotune.store.identity import ProcessIdentity
+from autotune.store.storage import open_storage
 from autotune.sweep import conclude
 from autotune.sweep.executor import TrialExecutor
 from autotune.sweep.loop import Interrupt, LoopStop, SearchLoop
 from autotune.sweep.naming import label
-from autotune.sweep.options import SweepInterrupted, SweepOptions, SweepResult
+from autotune.sweep.options import SweepOptions, SweepResult
 from autotune.sweep.parallel import DEFAULT_LEASE_S, LinePrefixer
 from autotune.sweep.progress import Progress
-from autotune.sweep.scheduler import ClaimedScheduler, ClaimLost, LocalScheduler, Scheduler
+from autotune.sweep.scheduler import ClaimedScheduler, LocalScheduler, Scheduler
 from autotune.sweep.setup import StrategyFactory, SweepPlan, plan_sweep, trial_env
 
 
@@ -149,7 +150,7 @@ class SweepSession:
     def _open(self, plan: SweepPlan) -> tuple[Scheduler, ClaimedScheduler | None]:
         """The study, through this run's scheduler, taken charge of; says what a resume found."""
         opts, card = self.opts, plan.card
-        storage = st.open_storage(plan.storage_url)
+        storage = open_storage(plan.storage_url)
         scheduler: Scheduler
         claimed: ClaimedScheduler | None = None
         if self.claims:
@@ -164,7 +165,7 @@ class SweepSession:
         else:
             scheduler = LocalScheduler.open(storage, plan)
         study = scheduler.study
-        me = st.Orchestrator.me()
+        me = ProcessIdentity.current()
         for rec in scheduler.begin(me):
             self.progress.line(
                 f"trial {rec.number} ({label(rec.params)}) was left running by a stopped sweep: "

@@ -19,10 +19,11 @@ from optuna.distributions import BaseDistribution
 from autotune.core.space import Candidate, Space
 from autotune.core.strategy import Observation, Strategy, Verdict
 from autotune.core.units import format_gb
-from autotune.errors import AutotuneError, ConfigError, UsageError
-from autotune.gpu.nvml import GIB, Nvml, NvmlUnavailable, open_nvml
+from autotune.errors import AutotuneError, ConfigError, NvmlUnavailable, UsageError
+from autotune.gpu.nvml import GIB, Nvml, open_nvml
 from autotune.gpu.probe import VisibleGpu
 from autotune.store import study as st
+from autotune.store import urls
 from autotune.sweep.naming import config_hash, default_study_name
 from autotune.sweep.options import DEFAULT_MAX_BATCH_SIZE, DEFAULT_STEPS, SweepOptions
 from autotune.trainers.base import Baseline, TrainerAdapter
@@ -108,7 +109,7 @@ def plan_sweep(
     from autotune.trainers import get_adapter
 
     workdir = opts.workdir.expanduser().resolve()
-    storage_url = st.check_storage_url(opts.storage or st.default_storage_url(workdir))
+    storage_url = urls.check_storage_url(opts.storage or urls.default_storage_url(workdir))
     study_name = st.validate_study_name(opts.study or default_study_name(opts))
 
     options = dict(opts.trainer_options)
@@ -127,7 +128,7 @@ def plan_sweep(
     num_gpus = max(1, int(getattr(baseline, "num_gpus", 1) or 1))
     target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
     max_bs = opts.max_batch_size or DEFAULT_MAX_BATCH_SIZE
-    limit = adapter.max_batch_size(baseline) if hasattr(adapter, "max_batch_size") else None
+    limit = adapter.max_batch_size(baseline)
     if limit is not None:
         max_bs = min(max_bs, int(limit))
     if opts.keep_effective_batch:

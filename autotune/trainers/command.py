@@ -27,7 +27,7 @@ from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_tex
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
@@ -93,7 +93,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-@register
 class CommandAdapter(TrainerAdapter):
     """Options: ``template`` (the command, required), ``cwd`` (where it runs; default the current
     folder), ``config_keys`` (param -> dotted key in the config, also for ``steps`` and
@@ -101,6 +100,8 @@ class CommandAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
+    label: ClassVar[str] = "your trainer"
+    takes_template: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("template", "cwd", "config_keys", "hook"))

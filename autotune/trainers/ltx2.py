@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_text
 from autotune.core.metrics import TrialMetrics
-from autotune.errors import ConfigError, UsageError
+from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, CandidateRefused, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
@@ -123,7 +123,6 @@ def finish_metrics(
     return metrics
 
 
-@register
 class Ltx2Adapter(TrainerAdapter):
     """Options: ``trainer_dir`` (the LTX-2 checkout or ``packages/ltx-trainer``; found from the
     config's or the current folder when omitted), ``launcher`` (argv that runs Python, default
@@ -135,6 +134,15 @@ class Ltx2Adapter(TrainerAdapter):
     knob_file: ClassVar[str] = "ltx2.yaml"
     #: The real trainer knows every section of the recipe, so missing ones are added.
     create_missing_sections: ClassVar[bool] = True
+    label: ClassVar[str] = "the LTX-2 trainer"
+    plan_baselines: ClassVar[bool] = True
+    loads_model_paths: ClassVar[bool] = True
+    needs_tier_gate: ClassVar[bool] = True
+    report_notes: ClassVar[tuple[str, ...]] = (
+        "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
+        "only at a few points (start, first step, every 200 steps, end) and including other "
+        "processes; autotune's own measure is shown beside it.",
+    )
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("trainer_dir", "launcher", "accelerate_config", "hook"))
