@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +132,9 @@ class SweepStudy:
             raise StorageError(f"cannot create or load study {name!r}: {type(exc).__name__}: {exc}") from None
         handle = cls(storage, study)
         if study.metric_names != [METRIC_NAME]:  # the dashboard's axis says what the value is
-            study.set_metric_names([METRIC_NAME])
+            with warnings.catch_warnings():  # "experimental" since Optuna 3.2; nothing for our user to do
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names([METRIC_NAME])
         stored = study.user_attrs.get("settings")
         if existed and stored is not None:
             diff = settings_diff(stored, settings)
