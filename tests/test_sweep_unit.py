@@ -56,7 +56,8 @@ def test_fit_is_judged_on_the_larger_peak(
     trainer: float | None, measured: float | None, expected: float | None
 ) -> None:
     assert (
-        verdict.judged_peak(TrialMetrics(trainer_peak_vram_gb=trainer, measured_peak_vram_gb=measured)) == expected
+        verdict.judged_peak(TrialMetrics(trainer_peak_vram_gb=trainer, measured_peak_vram_gb=measured))
+        == expected
     )
 
 
