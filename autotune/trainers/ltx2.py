@@ -34,6 +34,7 @@ from autotune.trainers.common import (
     take_options,
     write_trial_record,
 )
+from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.ltx2log import parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
@@ -57,8 +58,6 @@ CODE_DEFAULTS: dict[str, Any] = {
 }
 QUANTIZATIONS = ("int8-quanto", "int4-quanto", "int2-quanto", "fp8-quanto", "fp8uz-quanto", "none")
 OPTIMIZERS = ("adamw", "adamw8bit")
-TRAIN_SCRIPT = "scripts/train.py"
-TRAINER_SUBDIR = "packages/ltx-trainer"
 RUN_ENV = {"COLUMNS": "250", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
 _MAX_LOG_BYTES = 32 * 1024 * 1024
 
@@ -199,18 +198,8 @@ class Ltx2Adapter(TrainerAdapter):
         """(config key, YAML value) for each knob, baseline values where ``params`` leaves one out."""
         check_params(params, KNOB_KEYS, self.name)
         merged = {**self.baseline_params(baseline), **params}
-        quant = merged["quantization"]
-        if quant not in QUANTIZATIONS and quant is not None:
-            raise ConfigError(f"quantization {quant!r} is not one of {', '.join(QUANTIZATIONS)}")
-        if merged["optimizer"] not in OPTIMIZERS:
-            raise ConfigError(f"optimizer {merged['optimizer']!r} is not one of {', '.join(OPTIMIZERS)}")
-        check_positive_int("batch_size", merged["batch_size"])
-        check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
-        if not isinstance(merged["gradient_checkpointing"], bool):
-            raise ConfigError(
-                f"gradient_checkpointing must be true or false; got {merged['gradient_checkpointing']!r}"
-            )
-        quant_value = from_study_value(quant)
+        check_knob_values(merged, gradient_accumulation_steps)
+        quant_value = from_study_value(merged["quantization"])
         if quant_value is not None and get_dotted(baseline.data, "model.training_mode", "lora") == "full":
             raise CandidateRefused(
                 f"quantization {quant_value} with model.training_mode 'full' is rejected by the LTX-2 "
@@ -319,29 +308,8 @@ class Ltx2Adapter(TrainerAdapter):
 
     def cwd(self, baseline: Baseline) -> Path:
         """The trainer's package folder (holding ``scripts/train.py``), where trials run."""
-        hints: list[Path] = []
-        if self.trainer_dir is not None:
-            found = _trainer_package(self.trainer_dir)
-            if found:
-                return found
-            raise UsageError(
-                f"no LTX-2 trainer at {self.trainer_dir}: expected {TRAIN_SCRIPT} or "
-                f"{TRAINER_SUBDIR}/{TRAIN_SCRIPT} there. Point --trainer-dir at your LTX-2 checkout."
-            )
-        for name in ("package_dir", "trainer_dir"):  # ``Plan.to_baseline`` knows the package
-            if baseline.extra.get(name):
-                hints.append(Path(baseline.extra[name]))
-        if baseline.path is not None:
-            hints.extend(Path(baseline.path).resolve().parents)
-        hints.extend([Path.cwd(), *Path.cwd().parents])
-        for hint in hints:
-            found = _trainer_package(hint)
-            if found:
-                return found
-        raise UsageError(
-            "cannot find the LTX-2 trainer (packages/ltx-trainer/scripts/train.py) near the config or "
-            "the current folder; pass --trainer-dir /path/to/LTX-2"
-        )
+        hints = [] if self.trainer_dir is not None else package_hints(baseline)
+        return find_trainer_package(self.trainer_dir, hints)
 
     def max_batch_size(self, baseline: Baseline) -> int | None:
         try:
@@ -353,19 +321,8 @@ class Ltx2Adapter(TrainerAdapter):
     def _sample_limit(self, baseline: Baseline, cwd: Path) -> tuple[int, Path, int] | None:
         """(largest per-GPU batch, latents folder, sample count) when the preprocessed data is here."""
         root = get_dotted(baseline.data, "data.preprocessed_data_root", None)
-        if not isinstance(root, str) or not root:
-            return None
         latents_name = get_dotted(baseline.data, "training_strategy.video.latents_dir", "latents")
-        if not isinstance(latents_name, str):
-            latents_name = "latents"
-        latents = (cwd / Path(root).expanduser()) / latents_name
-        try:
-            if not latents.is_dir():
-                return None
-            count = sum(1 for p in latents.rglob("*") if p.is_file() and not p.name.startswith("."))
-        except OSError:
-            return None
-        return count // max(1, baseline.num_gpus), latents, count
+        return sample_limit(root, latents_name, cwd, baseline.num_gpus)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -410,11 +367,33 @@ class Ltx2Adapter(TrainerAdapter):
         return f"cd {shlex.quote(cwd)} && {shlex.join(argv)}"
 
 
-def _trainer_package(folder: Path) -> Path | None:
-    for candidate in (folder, folder / TRAINER_SUBDIR):
-        if (candidate / TRAIN_SCRIPT).is_file():
-            return candidate.resolve()
-    return None
+def check_knob_values(merged: Mapping[str, Any], gradient_accumulation_steps: int) -> None:
+    """A ``ConfigError`` for a knob value the LTX-2 trainer does not take (study values: ``none``
+    for no quantization)."""
+    quant = merged["quantization"]
+    if quant not in QUANTIZATIONS and quant is not None:
+        raise ConfigError(f"quantization {quant!r} is not one of {', '.join(QUANTIZATIONS)}")
+    if merged["optimizer"] not in OPTIMIZERS:
+        raise ConfigError(f"optimizer {merged['optimizer']!r} is not one of {', '.join(OPTIMIZERS)}")
+    check_positive_int("batch_size", merged["batch_size"])
+    check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
+    if not isinstance(merged["gradient_checkpointing"], bool):
+        raise ConfigError(
+            f"gradient_checkpointing must be true or false; got {merged['gradient_checkpointing']!r}"
+        )
+
+
+def package_hints(baseline: Baseline) -> list[Path]:
+    """Where to look for the trainer when no ``trainer_dir`` is given: the folders a plan
+    recorded, the config's parents, then the current folder and its parents."""
+    hints: list[Path] = []
+    for name in ("package_dir", "trainer_dir"):  # ``Plan.to_baseline`` knows the package
+        if baseline.extra.get(name):
+            hints.append(Path(baseline.extra[name]))
+    if baseline.path is not None:
+        hints.extend(Path(baseline.path).resolve().parents)
+    hints.extend([Path.cwd(), *Path.cwd().parents])
+    return hints
 
 
 def get_dotted(data: Mapping[str, Any] | Sequence[Any] | None, dotted: str, default: Any) -> Any:

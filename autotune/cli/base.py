@@ -1,0 +1,76 @@
+"""What every command module shares: exit codes, the parser class, the flag value types.
+
+The value types turn a flag's text into a number or a duration, or a one-line
+message argparse shows as a usage error (exit 2). Nothing heavy is imported here:
+building the parser must stay fast (``autotune --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from autotune.errors import UsageError
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises ``UsageError`` instead of exiting, so all errors look alike."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+def vram_gb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--vram-gb wants the card's memory in GB as a number, like 48 or 79.6; got {text!r}"
+        ) from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"--vram-gb must be a positive number of GB; got {text!r}")
+    return value
+
+
+def positive_int(flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} wants a whole number, like 8; got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least 1; got {text!r}")
+        return value
+
+    return parse
+
+
+def duration(flag: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        from autotune.core.units import parse_duration
+
+        try:
+            return parse_duration(text)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(f"{flag}: {exc}") from None
+
+    return parse
+
+
+def fraction(text: str) -> float:
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--headroom wants a fraction of the card like 0.1 (or 10%); got {text!r}"
+        ) from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"--headroom must be at least 0 and below 1 (a fraction of the card kept free); got {text!r}"
+        )
+    return value

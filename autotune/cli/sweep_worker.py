@@ -1,0 +1,321 @@
+"""``autotune sweep`` and ``autotune worker``: run a sweep, or join one from another machine.
+
+The flags and their help texts, the flags resolved into ``SweepOptions``, and handlers
+that call ``autotune.sweep.api`` and print the result. Optuna and the sweep engine are
+imported inside the handlers only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from autotune.cli.base import EXIT_INTERRUPTED, EXIT_OK, duration, fraction, positive_int, vram_gb
+from autotune.errors import UsageError
+
+
+def add_sweep(sub: argparse._SubParsersAction) -> None:
+    from autotune.core.units import format_duration
+    from autotune.sweep.options import (
+        DEFAULT_HEADROOM,
+        DEFAULT_MAX_BATCH_SIZE,
+        DEFAULT_STALL_TIMEOUT_S,
+        DEFAULT_STEPS,
+        DEFAULT_TRIAL_TIMEOUT_S,
+    )
+
+    p = sub.add_parser(
+        "sweep",
+        help="run (or resume) a sweep",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Run short real trainings of candidate configs and find the fastest one that fits.\n"
+            "The baseline (the trainer's own config) runs first; every trial is recorded in an Optuna\n"
+            "study, so running the same command again resumes: finished trials are never run again.\n"
+            "With no arguments: the demo, the built-in reference trainer on CPU with an emulated card."
+        ),
+        epilog=(
+            "examples:\n"
+            "  autotune sweep                                   the demo (a few minutes on a laptop)\n"
+            "  autotune sweep --trainer ltx2 --trainer-dir ~/LTX-2 --config plan.yaml --budget 8h\n"
+            "  autotune sweep --trainer ltx2 --config plan.yaml --vram-gb 48 --confirm\n"
+            "  autotune sweep --cmd 'python train.py --bs {batch_size} --steps {steps}' --vram-gb 24\n"
+            "Ctrl-C ends the running trial, records it as interrupted and exits 130; run the same\n"
+            "command again to resume. Watch a running sweep from another shell with 'autotune status'."
+        ),
+    )
+    p.add_argument(
+        "--trainer",
+        help="the trainer to sweep: ltx2, sana, command or reference (default: reference, the demo; "
+        "command when --cmd is given)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="the baseline config to start from (for ltx2: a plan from 'autotune plan')",
+    )
+    p.add_argument(
+        "--trainer-dir",
+        type=Path,
+        help="the trainer's checkout (for ltx2: the LTX-2 repo or packages/ltx-trainer)",
+    )
+    p.add_argument(
+        "--study",
+        help="study name (default: TRAINER-CONFIGSTEM, 'demo' for the demo); the same name resumes",
+    )
+    p.add_argument(
+        "--storage",
+        help="SQLAlchemy database URL of the study (default: sqlite:///WORKDIR/studies.db); "
+        "e.g. postgresql://user@host/autotune to share one study between machines",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="where the database, trial folders and report go (default: ./autotune-runs)",
+    )
+    p.add_argument("--vram-gb", type=vram_gb, help="judge fit for a card of N GB instead of the one found")
+    p.add_argument(
+        "--steps",
+        type=positive_int("--steps"),
+        help=f"optimizer steps per trial (default: {DEFAULT_STEPS}; the demo uses fewer)",
+    )
+    p.add_argument(
+        "--budget",
+        type=duration("--budget"),
+        help="stop starting trials once this much trial time is spent, counted across resumes "
+        "(like 8h or 1h30m; default: no limit)",
+    )
+    p.add_argument(
+        "--max-trials",
+        type=positive_int("--max-trials"),
+        help="stop after this many trials, counted across resumes (interrupted ones are re-run, not counted)",
+    )
+    p.add_argument(
+        "--trial-timeout",
+        type=duration("--trial-timeout"),
+        help=f"end a trial that runs longer than this (default: {format_duration(DEFAULT_TRIAL_TIMEOUT_S)})",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=duration("--stall-timeout"),
+        help=f"end a trial that prints nothing for this long (default: {format_duration(DEFAULT_STALL_TIMEOUT_S)})",
+    )
+    p.add_argument(
+        "--headroom",
+        type=fraction,
+        default=DEFAULT_HEADROOM,
+        help=f"fraction of the card kept free: a config fits when its peak VRAM is at most (1 - headroom) "
+        f"of the card (default: {DEFAULT_HEADROOM:g}, i.e. {DEFAULT_HEADROOM * 100:.0f}%%). Why: a short trial "
+        "never sees validation, checkpoint saving or late fragmentation (an A100 80 GB LTX-2 run hit OOM "
+        "only after 2000 steps), and the trainer samples its own peak only every 200 steps; peers aim "
+        "at 80-95%% of the card",
+    )
+    p.add_argument(
+        "--max-batch-size",
+        type=positive_int("--max-batch-size"),
+        help=f"largest batch size tried: 1, 2, 4, ... up to it (default: {DEFAULT_MAX_BATCH_SIZE}; "
+        "the dataset's size also caps it)",
+    )
+    p.add_argument(
+        "--keep-effective-batch",
+        action="store_true",
+        help="never try a batch size past the plan's effective batch (batch x accumulation x GPUs); "
+        "by default gradient accumulation is lowered to keep it, and larger batches are tried and flagged",
+    )
+    p.add_argument(
+        "--allow-extra-savers",
+        action="store_true",
+        help="also try savers beyond the baseline (like int4/int2 quantization); they may cost quality",
+    )
+    p.add_argument(
+        "--confirm",
+        action="store_true",
+        help="re-run the winner with 4x the steps before declaring it (a winner that fails gives way "
+        "to the next best)",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="sweep a card below the trainer's supported size anyway"
+    )
+    p.add_argument(
+        "--cmd",
+        metavar="TEMPLATE",
+        help="sweep any trainer through a command template (trainer 'command'); placeholders: the knob "
+        "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}",
+    )
+    add_scaleout_flags(p)
+    p.set_defaults(handler=cmd_sweep)
+
+
+def sweep_options(args: argparse.Namespace) -> Any:
+    from autotune.sweep.options import SweepOptions
+    from autotune.trainers import adapter_class, adapter_names
+
+    templated = [name for name in adapter_names() if adapter_class(name).takes_template]
+    trainer = args.trainer or (templated[0] if args.cmd else None)
+    if args.cmd and trainer not in templated:
+        raise UsageError(
+            f"--cmd goes with --trainer {templated[0]}, not --trainer {trainer}; drop one of them"
+        )
+    options: dict[str, Any] = {}
+    if args.trainer_dir is not None:
+        options["trainer_dir"] = args.trainer_dir
+    common: dict[str, Any] = {
+        "config": args.config,
+        "study": args.study,
+        "storage": args.storage,
+        "vram_gb": args.vram_gb,
+        "steps": args.steps,
+        "budget_s": args.budget,
+        "max_trials": args.max_trials,
+        "trial_timeout_s": args.trial_timeout,
+        "stall_timeout_s": args.stall_timeout,
+        "headroom": args.headroom,
+        "max_batch_size": args.max_batch_size,
+        "keep_effective_batch": args.keep_effective_batch,
+        "allow_extra_savers": args.allow_extra_savers,
+        "confirm": args.confirm,
+        "force": args.force,
+        "cmd": args.cmd,
+        "trainer_options": options,
+    }
+    if args.workdir is not None:
+        common["workdir"] = args.workdir
+    if trainer is None and args.config is None:
+        return SweepOptions.demo_defaults(**common)
+    return SweepOptions(trainer=trainer or "reference", **{k: v for k, v in common.items()})
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import optuna
+
+    from autotune.errors import SweepInterrupted
+    from autotune.sweep.api import run_sweep
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # autotune prints its own progress
+    opts = sweep_options(args)
+    try:
+        result = run_sweep(opts, parallel=args.parallel, lease_s=args.lease)
+    except SweepInterrupted as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    out = sys.stdout
+    print(f"sweep {result.study}: {result.stop_reason} after {result.trials_run} trial(s)", file=out)
+    if result.best_trial is None:
+        print("no config finished and fit with the headroom asked for", file=out)
+    else:
+        speed = f"{result.best_samples_per_s:.3g} samples/s" if result.best_samples_per_s else "?"
+        gain = ""
+        if result.best_samples_per_s and result.baseline_samples_per_s:
+            gain = f", {result.best_samples_per_s / result.baseline_samples_per_s:.2f}x the baseline"
+        print(f"best: trial {result.best_trial}: {result.best_params} at {speed}{gain}", file=out)
+    md = [p for p in result.reports if p.suffix == ".md"]
+    if md:
+        others = ", ".join(p.name for p in result.reports if p.suffix in (".html", ".json"))
+        print(f"report: {md[0]}" + (f" (beside it: {others})" if others else ""), file=out)
+    if not result.reports:
+        print(f"see it with: autotune status --study {result.study} --storage {result.storage}", file=out)
+    return EXIT_OK
+
+
+# --- worker ------------------------------------------------------------------------------------
+
+
+def add_scaleout_flags(p: argparse.ArgumentParser) -> None:
+    """Flags ``sweep`` and ``worker`` share: how workers on one study find out about each other."""
+    from autotune.core.units import format_duration
+    from autotune.sweep.parallel import DEFAULT_LEASE_S
+
+    if p.prog.endswith(" sweep"):
+        p.add_argument(
+            "--parallel",
+            action="store_true",
+            help="run one single-GPU trial per card of this machine at once, each pinned to its card "
+            "with CUDA_VISIBLE_DEVICES (the cards must be of one model: results only compare on identical "
+            "cards); other machines may join with 'autotune worker'",
+        )
+    p.add_argument(
+        "--lease",
+        type=duration("--lease"),
+        default=DEFAULT_LEASE_S,
+        help="a worker that sends no heartbeat for this long is taken for dead: its trial is recorded as "
+        "interrupted and run again by another (default: "
+        f"{format_duration(DEFAULT_LEASE_S)}; a dead worker on the same machine is noticed at once)",
+    )
+
+
+def add_worker(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="join a running sweep's study from another machine (or card) and run its trials",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Join a study that 'autotune sweep' started, usually in a PostgreSQL database shared by\n"
+            "several machines, and run its trials on this machine's cards: one single-GPU trial per\n"
+            "card at once (or only --gpu N). The sweep's settings (trainer, config, steps, headroom,\n"
+            "card) come from the study; a worker on another card model refuses to join. No candidate\n"
+            "runs twice, and a dead worker's trial is run again. The worker stops when nothing is left\n"
+            "to run; the sweep that started the study picks the best and writes the report."
+        ),
+        epilog=(
+            "examples:\n"
+            "  autotune worker --study ltx2-h100 --storage postgresql://autotune@db.example.org/autotune\n"
+            "  autotune worker --study ltx2-h100 --storage postgresql://... --gpu 0 --wait 15m\n"
+            "Ctrl-C ends the running trials, records them as interrupted (another worker runs them\n"
+            "again) and exits 130."
+        ),
+    )
+    p.add_argument(
+        "--study", required=True, help="the study to join (its name, as 'autotune sweep --study' gave it)"
+    )
+    p.add_argument(
+        "--storage",
+        required=True,
+        help="the study's database URL, e.g. postgresql://user@host/autotune (sqlite:///path/studies.db "
+        "for workers on the same machine)",
+    )
+    p.add_argument(
+        "--gpu",
+        type=int,
+        metavar="N",
+        help="run on this card only (N as CUDA numbers the visible cards: 0, 1, ...); default: every "
+        "visible card, one trial each",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="where this worker's trial folders go (default: the study's workdir if it exists on this "
+        "machine, e.g. on a shared filesystem; else ./autotune-runs)",
+    )
+    p.add_argument(
+        "--wait",
+        type=duration("--wait"),
+        default=0.0,
+        help="if the study does not exist yet, wait this long for its sweep to start it (like 15m; "
+        "default: 0, fail at once)",
+    )
+    add_scaleout_flags(p)
+    p.set_defaults(handler=cmd_worker)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import optuna
+
+    from autotune.errors import SweepInterrupted
+    from autotune.sweep.api import run_worker
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        result = run_worker(
+            args.study, args.storage, gpu=args.gpu, workdir=args.workdir, lease_s=args.lease, wait_s=args.wait
+        )
+    except SweepInterrupted as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(
+        f"worker on study {result.study}: {result.stop_reason}; the study has {result.trials_run} finished "
+        "trial(s); the sweep that started it picks the best and writes the report",
+        file=sys.stdout,
+    )
+    return EXIT_OK

@@ -1,0 +1,62 @@
+"""The LTX-2 checkout on disk: where its trainer package is, and how many samples its data holds.
+
+Kept apart from the adapter (``autotune.trainers.ltx2``), which knows the config's keys:
+these functions only look at folders, so the adapter stays about configs and launch lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import UsageError
+
+TRAIN_SCRIPT = "scripts/train.py"
+TRAINER_SUBDIR = "packages/ltx-trainer"
+
+
+def trainer_package(folder: Path) -> Path | None:
+    """``folder`` itself or its ``packages/ltx-trainer``, whichever holds ``scripts/train.py``."""
+    for candidate in (folder, folder / TRAINER_SUBDIR):
+        if (candidate / TRAIN_SCRIPT).is_file():
+            return candidate.resolve()
+    return None
+
+
+def find_trainer_package(trainer_dir: Path | None, hints: Iterable[Path]) -> Path:
+    """The trainer's package folder: in ``trainer_dir`` when given (else an error), else the
+    first of ``hints`` that holds it."""
+    if trainer_dir is not None:
+        found = trainer_package(trainer_dir)
+        if found:
+            return found
+        raise UsageError(
+            f"no LTX-2 trainer at {trainer_dir}: expected {TRAIN_SCRIPT} or "
+            f"{TRAINER_SUBDIR}/{TRAIN_SCRIPT} there. Point --trainer-dir at your LTX-2 checkout."
+        )
+    for hint in hints:
+        found = trainer_package(hint)
+        if found:
+            return found
+    raise UsageError(
+        "cannot find the LTX-2 trainer (packages/ltx-trainer/scripts/train.py) near the config or "
+        "the current folder; pass --trainer-dir /path/to/LTX-2"
+    )
+
+
+def sample_limit(root: Any, latents_name: Any, cwd: Path, num_gpus: int) -> tuple[int, Path, int] | None:
+    """(largest per-GPU batch, latents folder, sample count) when the preprocessed data under
+    ``root`` (relative to the trainer's ``cwd``) is on this machine; None when it is not."""
+    if not isinstance(root, str) or not root:
+        return None
+    if not isinstance(latents_name, str):
+        latents_name = "latents"
+    latents = (cwd / Path(root).expanduser()) / latents_name
+    try:
+        if not latents.is_dir():
+            return None
+        count = sum(1 for p in latents.rglob("*") if p.is_file() and not p.name.startswith("."))
+    except OSError:
+        return None
+    return count // max(1, num_gpus), latents, count
