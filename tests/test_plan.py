@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.config.plan import make_plan
 from autotune.errors import UnsupportedCardError, UsageError
+from autotune.plan.baseline import make_plan
 from autotune.trainers import get_adapter
 from tests.fake_nvml import A6000, H100, FakeNvml, opener
 
@@ -369,7 +369,7 @@ def test_the_reference_plan_launches_what_a_trial_launches(tmp_path: Path) -> No
 
 
 def test_plan_as_adapter_baseline(checkout: Path, tmp_path: Path) -> None:
-    from autotune.config.plan import write_plan
+    from autotune.plan.baseline import write_plan
 
     plan = make_plan(trainer_dir=checkout, vram_gb=48, gpus=2, output=tmp_path / "p.yaml")
     write_plan(plan)

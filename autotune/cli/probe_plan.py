@@ -1,7 +1,7 @@
 """``autotune probe`` and ``autotune plan``: the card and the trainer's baseline for it.
 
 The flags and their help texts, and handlers that call ``autotune.gpu.probe`` and
-``autotune.config.plan`` and print what they return.
+``autotune.plan.baseline`` and print what they return.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def add_plan(sub: argparse._SubParsersAction) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from autotune.config.plan import make_plan, write_plan
+    from autotune.plan.baseline import make_plan, write_plan
 
     plan = make_plan(
         trainer=args.trainer,

@@ -1,1 +1,1 @@
-"""Trainer config files: YAML reading and editing, the LTX-2 key schema, the tier's baseline plan."""
+"""Trainer config files: YAML files read with line numbers and edited in place, the knob files, the LTX-2 key schema."""

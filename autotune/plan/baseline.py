@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.config.planfiles import PATH_KEYS, abs_path, locate_config, patch_paths
 from autotune.config.schema import check_keys
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.errors import AutotuneError, UnknownTrainerError, UnsupportedCardError, UsageError
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import probe
 from autotune.gpu.tiers import TierInfo, classify
+from autotune.plan.files import PATH_KEYS, abs_path, locate_config, patch_paths
 from autotune.trainers import Baseline, TrainerAdapter, adapter_class, adapter_names, get_adapter
 
 DEFAULT_PLAN_FILE = Path("autotune-runs") / "plan.yaml"
