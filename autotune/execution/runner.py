@@ -152,7 +152,61 @@ class _Stream:
         self.open = True
 
 
+class _Output:
+    """What autotune keeps of a trial's output: a bounded tail, the lines that decide its
+    outcome (kept even when they scroll out of the tail) and when an OOM was first printed."""
+
+    def __init__(self, on_output: Callable[[str], None] | None) -> None:
+        self.on_output = on_output
+        self.tail = bytearray()
+        self.total_bytes = 0
+        self.notable: list[bytes] = []
+        self.oom_at: float | None = None
+
+    def keep(self, data: bytes) -> None:
+        """Add what the pipe gave to the tail (trimmed back to ``TAIL_BYTES`` once it doubles)."""
+        self.total_bytes += len(data)
+        self.tail += data
+        if len(self.tail) > 2 * TAIL_BYTES:
+            del self.tail[:-TAIL_BYTES]
+
+    def scan(self, block: bytes, *, now: float) -> None:
+        """Hand whole lines to ``on_output``, keep the notable ones, note the first OOM at ``now``."""
+        if self.on_output is not None:
+            for text in block.decode("utf-8", errors="replace").splitlines():
+                self.on_output(text)
+        if not any(k in block for k in NOTABLE_KEYWORDS):
+            return
+        for m in _NOTABLE.finditer(block):
+            start = block.rfind(b"\n", 0, m.start()) + 1
+            end = block.find(b"\n", m.end())
+            line = block[start : end if end != -1 else len(block)][:1000]
+            if len(self.notable) < NOTABLE_LINES and line not in self.notable:
+                self.notable.append(line)
+        if self.oom_at is None and _ANY_OOM.search(block):
+            self.oom_at = now
+
+    def tail_text(self) -> str:
+        """The tail as text; when output was left out, the notable lines it lost come first."""
+        tail = bytes(self.tail[-TAIL_BYTES:])
+        cut = len(self.tail) > TAIL_BYTES or self.total_bytes > len(self.tail)
+        text = tail.decode("utf-8", errors="replace")
+        if not cut:
+            return text
+        text = text.split("\n", 1)[-1]  # drop a partial first line
+        kept = [ln.decode("utf-8", errors="replace") for ln in self.notable]
+        kept = [ln for ln in kept if ln not in text]
+        head = "".join(f"{ln}\n" for ln in kept)
+        if head:
+            head = "[autotune: lines kept from earlier output]\n" + head
+        return (
+            f"{head}[autotune: earlier output left out; the full logs are stdout.log and stderr.log]\n{text}"
+        )
+
+
 class _Trial:
+    """One run of one trial: the files, the process, the select loop, the limits and the ending."""
+
     def __init__(
         self,
         spec: LaunchSpec,
@@ -165,12 +219,8 @@ class _Trial:
     ) -> None:
         self.spec, self.dir, self.limits, self.monitor = spec, trial_dir, limits, monitor
         self.stop = stop or threading.Event()
-        self.on_output = on_output
         self.on_start = on_start
-        self.tail = bytearray()
-        self.total_bytes = 0
-        self.notable: list[bytes] = []
-        self.oom_at: float | None = None
+        self.output = _Output(on_output)
         self.end_reason: str | None = None
         self.term_at: float | None = None
         self.kill_at: float | None = None
@@ -243,11 +293,11 @@ class _Trial:
             timed_out=self.end_reason == "wall timeout",
             stalled=self.end_reason == "stall",
             interrupted=self.end_reason == "stop",
-            oom_seen=self.oom_at is not None,
+            oom_seen=self.output.oom_at is not None,
             wall_s=wall_s,
             stdout_path=stdout_path,
             stderr_path=stderr_path,
-            output_tail=self._output_tail(),
+            output_tail=self.output.tail_text(),
             measured_peak_vram_gb=summary.peak_vram_gb,
             peak_host_rss_gb=summary.peak_host_rss_gb,
             timeline_path=summary.timeline_path,
@@ -308,7 +358,7 @@ class _Trial:
         finally:
             for s in streams:
                 if s.pending:
-                    self._scan(s.pending, now=time.monotonic())
+                    self.output.scan(s.pending, now=time.monotonic())
                     s.pending = b""
             sel.close()
 
@@ -322,7 +372,7 @@ class _Trial:
         if not data:
             stream.open = False
             if stream.pending:
-                self._scan(stream.pending, now=time.monotonic())
+                self.output.scan(stream.pending, now=time.monotonic())
                 stream.pending = b""
             return False
         now = time.monotonic()
@@ -337,10 +387,7 @@ class _Trial:
         except OSError as exc:  # disk full or read-only: name the file; run_trial ends the trial
             exc.filename = exc.filename or str(self.dir / f"{stream.name}.log")
             raise
-        self.total_bytes += len(data)
-        self.tail += data
-        if len(self.tail) > 2 * TAIL_BYTES:
-            del self.tail[:-TAIL_BYTES]
+        self.output.keep(data)
         block = stream.pending + data
         cut = block.rfind(b"\n") + 1
         if cut == 0 and len(block) < READ_CHUNK:
@@ -349,39 +396,8 @@ class _Trial:
         if cut == 0:  # a very long line without newline: scan it as it is
             cut = len(block)
         stream.pending = block[cut:]
-        self._scan(block[:cut], now=now)
+        self.output.scan(block[:cut], now=now)
         return True
-
-    def _scan(self, block: bytes, *, now: float) -> None:
-        if self.on_output is not None:
-            for text in block.decode("utf-8", errors="replace").splitlines():
-                self.on_output(text)
-        if not any(k in block for k in NOTABLE_KEYWORDS):
-            return
-        for m in _NOTABLE.finditer(block):
-            start = block.rfind(b"\n", 0, m.start()) + 1
-            end = block.find(b"\n", m.end())
-            line = block[start : end if end != -1 else len(block)][:1000]
-            if len(self.notable) < NOTABLE_LINES and line not in self.notable:
-                self.notable.append(line)
-        if self.oom_at is None and _ANY_OOM.search(block):
-            self.oom_at = now
-
-    def _output_tail(self) -> str:
-        tail = bytes(self.tail[-TAIL_BYTES:])
-        cut = len(self.tail) > TAIL_BYTES or self.total_bytes > len(self.tail)
-        text = tail.decode("utf-8", errors="replace")
-        if not cut:
-            return text
-        text = text.split("\n", 1)[-1]  # drop a partial first line
-        kept = [ln.decode("utf-8", errors="replace") for ln in self.notable]
-        kept = [ln for ln in kept if ln not in text]
-        head = "".join(f"{ln}\n" for ln in kept)
-        if head:
-            head = "[autotune: lines kept from earlier output]\n" + head
-        return (
-            f"{head}[autotune: earlier output left out; the full logs are stdout.log and stderr.log]\n{text}"
-        )
 
     # --- limits and ending -----------------------------------------------------------------------
     def _check_limits(self, now: float, t0: float) -> None:
@@ -394,7 +410,7 @@ class _Trial:
             self.limits.stall_timeout_s is not None and now - self.last_output >= self.limits.stall_timeout_s
         ):
             self.end_reason = "stall"
-        elif self.oom_at is not None and now - self.oom_at >= self.limits.oom_grace_s:
+        elif self.output.oom_at is not None and now - self.output.oom_at >= self.limits.oom_grace_s:
             self.end_reason = "oom"
             grace = min(grace, OOM_KILL_GRACE_S)
         if self.end_reason is not None:

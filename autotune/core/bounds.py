@@ -1,0 +1,135 @@
+"""Speed upper bounds: how fast an unmeasured candidate could possibly be.
+
+The **speed upper bound** ``UB(c)`` of an unmeasured candidate comes from two
+assumptions about step time ``T(b)`` within a family (every knob but the batch): it
+never falls as the batch grows, and it is convex in ``b`` (flat while the GPU is
+under-used, then linear or worse). So ``T(b) >= T(b_i)`` for every measured
+``b_i <= b``, and a secant through two measured points, extended beyond them, lies
+below ``T``. Each measured time is widened by its noise margin first
+(``max(spread / 3, min_noise)``, at most 50 %). Across families, only knobs listed in
+the speed priors carry bounds (checkpointing off is at most 1.6x faster and never
+slower than on; 8-bit and full AdamW within 5 %); quantization has none, so each
+quantization is measured. With no bound, ``UB`` is infinite. A measured candidate's
+bound is its value plus its noise margin.
+
+``autotune.core.strategy`` uses these bounds to decide which candidates could still win.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+
+from autotune.core.grid import Grid
+from autotune.core.knowledge import Knowledge, Point
+from autotune.core.space import Candidate, ParamValue
+
+#: Knob -> {(from_value, to_value): max ratio}, the shape of ``speed_priors``.
+SpeedPriors = Mapping[str, Mapping[tuple[ParamValue, ParamValue], float]]
+
+#: Speed priors: knob -> {(from_value, to_value): max of samples/s(to) / samples/s(from)} at the
+#: same other knobs and batch. Physical reasons: checkpointing off only removes the recompute
+#: (at most one extra forward, about +33 %; 1.6 leaves margin) and never slows a step; the LoRA
+#: optimizer step is tens of milliseconds of a multi-second step in either AdamW (5 % leaves margin;
+#: pass looser priors for a full fine-tune, where the optimizer step weighs more).
+DEFAULT_SPEED_PRIORS: dict[str, dict[tuple[ParamValue, ParamValue], float]] = {
+    "gradient_checkpointing": {(True, False): 1.6, (False, True): 1.05},
+    "optimizer": {("adamw8bit", "adamw"): 1.05, ("adamw", "adamw8bit"): 1.05},
+}
+
+
+def margin(p: Point, min_noise: float) -> float:
+    """Relative uncertainty of a measured median: the run-to-run floor, or a third of the per-step spread."""
+    return min(0.5, max(p.spread / 3.0, min_noise))
+
+
+def own_bound(pts: list[tuple[int, float, float]], b: int) -> float:
+    """Upper bound on samples/s at batch ``b`` from the family's own points (b_i, T_i, margin_i)."""
+    lows = [0.0]
+    for bi, ti, mi in pts:
+        if bi <= b:
+            lows.append(ti * (1 - mi))
+    for i, (b1, t1, m1) in enumerate(pts):
+        for b2, t2, m2 in pts[i + 1 :]:
+            if b > b2:  # extend the secant to the right with the smallest slope the noise allows
+                slope = (t2 * (1 - m2) - t1 * (1 + m1)) / (b2 - b1)
+                if slope > 0:
+                    lows.append(t2 * (1 - m2) + slope * (b - b2))
+            elif b < b1:  # extend it to the left with the largest slope
+                slope = (t2 * (1 + m2) - t1 * (1 - m1)) / (b2 - b1)
+                lows.append(t1 * (1 - m1) - max(slope, 0.0) * (b1 - b))
+    low = max(lows)
+    return b / low if low > 0 else math.inf
+
+
+class SpeedBounds:
+    """``UB(c)`` for every candidate of a grid, given what is measured."""
+
+    def __init__(self, grid: Grid, speed_priors: SpeedPriors, min_noise: float) -> None:
+        self.grid = grid
+        self.speed_priors = speed_priors
+        self.min_noise = min_noise
+        self._nb: dict[Candidate, list[tuple[Candidate, float]]] | None = None
+
+    def bounds(self, k: Knowledge) -> dict[Candidate, float]:
+        """UB(c) for every candidate of the grid (a measured one: its value plus noise)."""
+        grid = self.grid
+        by_family: dict[Candidate, list[tuple[int, float, float]]] = defaultdict(list)
+        for c, p in k.points.items():
+            if c in grid:
+                b = grid.batch(c)
+                by_family[grid.family(c)].append((b, b / p.samples_per_s, margin(p, self.min_noise)))
+        ub: dict[Candidate, float] = {}
+        for c in grid.candidates:
+            point = k.points.get(c)
+            if point is not None:
+                ub[c] = point.samples_per_s * (1 + margin(point, self.min_noise))
+            else:
+                pts = sorted(by_family.get(grid.family(c), []))
+                ub[c] = own_bound(pts, grid.batch(c))
+        # Relax through the priors and batch monotonicity until nothing tightens.
+        neighbours = self._neighbours()
+        for _ in range(4 * len(grid.space.knobs) + len(grid.batches)):
+            changed = False
+            for c in grid.candidates:
+                if c in k.points:
+                    continue
+                best = ub[c]
+                for other, ratio in neighbours[c]:
+                    cand = ub[other] * ratio
+                    if cand < best * (1 - 1e-12):
+                        best = cand
+                if best < ub[c]:
+                    ub[c] = best
+                    changed = True
+            if not changed:
+                break
+        return ub
+
+    def _neighbours(self) -> dict[Candidate, list[tuple[Candidate, float]]]:
+        """Each candidate's bounding neighbours: (other, max ratio of its samples/s to other's)."""
+        if self._nb is not None:
+            return self._nb
+        space = self.grid.space
+        grid = set(self.grid.candidates)
+        nb: dict[Candidate, list[tuple[Candidate, float]]] = {c: [] for c in self.grid.candidates}
+        for c in self.grid.candidates:
+            params = c.params
+            for name, pairs in self.speed_priors.items():
+                if name not in params:
+                    continue
+                for (src, dst), ratio in pairs.items():
+                    if params[name] == dst:
+                        other = c.replace(**{name: src})
+                        if other in grid:
+                            nb[c].append((other, ratio))
+            if space.batch_knob is not None:
+                b = space.batch(c)
+                smaller = [x for x in self.grid.batches if x < b]
+                if smaller:
+                    other = space.with_batch(space.family(c), smaller[-1])
+                    if other in grid:  # step time never falls with batch: sps(b) <= sps(b') * b / b'
+                        nb[c].append((other, b / smaller[-1]))
+        self._nb = nb
+        return nb

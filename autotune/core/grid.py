@@ -1,0 +1,57 @@
+"""The candidates a strategy searches, with what it asks about each one looked up once.
+
+The space's grid plus the baseline (a baseline off the grid is searched too), every
+candidate's knob positions, family and batch, and the order families are tried in:
+the baseline's family first, then the least memory-hungry, fewest knobs changed first.
+A candidate off the grid (a trial from an older space) is asked of the space itself.
+"""
+
+from __future__ import annotations
+
+from autotune.core.space import Candidate, Space
+
+
+class Grid:
+    """The strategy's grid, the order of its families and the batches it knows."""
+
+    def __init__(self, space: Space, baseline: Candidate) -> None:
+        self.space = space
+        grid = list(space)
+        if baseline not in set(grid):
+            grid.insert(0, baseline)
+        self.candidates = grid
+        self.pos = {c: space.positions(c) for c in grid}
+        self._fam = {c: space.family(c) for c in grid}
+        self._bat = {c: space.batch(c) for c in grid}
+        base_family = space.family(baseline)
+        base_params = baseline.params
+        plain = [k for k in space.knobs if k.name != space.batch_knob]
+
+        def family_key(f: Candidate) -> tuple[float, int, int]:
+            fp = f.params
+            changed = sum(1 for k in plain if fp[k.name] != base_params[k.name])
+            hunger = sum(k.position(fp[k.name]) for k in plain)
+            return (hunger, changed, order[f])
+
+        families = [space.family(c) for c in grid]
+        order = {f: i for i, f in reversed(list(enumerate(families)))}
+        fams = sorted(set(families), key=family_key)
+        fams.remove(base_family)
+        #: Families in the order the search tries them (the baseline's first).
+        self.families = [base_family, *fams]
+        #: Every batch size on the grid, ascending.
+        self.batches = sorted({space.batch(c) for c in grid})
+
+    def __contains__(self, c: object) -> bool:
+        return c in self.pos
+
+    def positions(self, c: Candidate) -> tuple[float, ...]:
+        return self.pos.get(c) or self.space.positions(c)
+
+    def family(self, c: Candidate) -> Candidate:
+        f = self._fam.get(c)
+        return f if f is not None else self.space.family(c)
+
+    def batch(self, c: Candidate) -> int:
+        b = self._bat.get(c)
+        return b if b is not None else self.space.batch(c)

@@ -1,0 +1,138 @@
+"""What a history of trials says, read once per question the strategy is asked.
+
+A history is a list of ``Observation`` (one per trial); ``read`` turns it into
+``Knowledge``: each candidate's measured point (its ok runs aggregated), the
+candidates proven not to fit (an OOM, or a peak over the headroom line), the
+failures counted per outcome, and which candidates ran or are running. The rules
+that use it are in ``autotune.core.strategy``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from autotune.core import verdict
+from autotune.core.grid import Grid
+from autotune.core.record import TrialRecord
+from autotune.core.space import Candidate
+from autotune.core.units import format_gb
+
+#: Outcomes that mean "device memory": they prove nothing hungrier fits.
+MEMORY_OUTCOMES = frozenset({"oom"})
+#: Non-memory failures and how many attempts a candidate gets for each.
+ATTEMPTS = {
+    "config_error": 1,  # deterministic: running it again gives the same error
+    "nan": 1,  # a measured run whose loss diverged: speed is irrelevant, memory is known
+    "crash": 2,
+    "timeout": 2,
+    "stalled": 2,
+    "host_oom": 2,
+    "interrupted": 5,  # Ctrl-C or a dead orchestrator: not the candidate's fault
+}
+DEFAULT_ATTEMPTS = 2
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One trial as the strategy sees it.
+
+    ``outcome`` None means the trial is running elsewhere (never proposed again).
+    ``spread`` is relative (0.02 = 2 %): ``step_time_spread_s / step_time_s``.
+    ``fits`` None is judged from ``peak_vram_gb`` against the strategy's headroom line.
+    """
+
+    candidate: Candidate
+    outcome: str | None
+    samples_per_s: float | None = None
+    peak_vram_gb: float | None = None
+    fits: bool | None = None
+    spread: float | None = None
+
+    @classmethod
+    def from_record(cls, candidate: Candidate, record: TrialRecord) -> Observation:
+        """A stored trial as the strategy sees it (a running trial has no outcome yet)."""
+        return cls(
+            candidate=candidate,
+            outcome=None if record.state == "running" else (record.outcome or "crash"),
+            samples_per_s=record.samples_per_s,
+            peak_vram_gb=record.get("peak_vram_gb"),
+            fits=record.get("fits"),
+            spread=record.relative_spread,
+        )
+
+
+@dataclass
+class Point:
+    """A candidate's measured result, aggregated over its ok runs."""
+
+    candidate: Candidate
+    samples_per_s: float
+    spread: float
+    peak: float | None
+    fits: bool
+
+
+@dataclass
+class Knowledge:
+    """What a history says, read once per call."""
+
+    points: dict[Candidate, Point] = field(default_factory=dict)
+    nofit: dict[Candidate, tuple[str, str]] = field(default_factory=dict)
+    failures: defaultdict[Candidate, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    nan: set[Candidate] = field(default_factory=set)
+    running: set[Candidate] = field(default_factory=set)
+    seen: set[Candidate] = field(default_factory=set)
+
+    def exhausted(self, c: Candidate) -> bool:
+        """A non-memory failure ran out of attempts (never retried forever)."""
+        for outcome, n in self.failures[c].items():
+            if n >= ATTEMPTS.get(outcome, DEFAULT_ATTEMPTS):
+                return True
+        return sum(n for o, n in self.failures[c].items() if o != "interrupted") >= DEFAULT_ATTEMPTS
+
+
+def fits(obs: Observation, fit_limit_gb: float) -> bool:
+    """Whether one run fits; unknown fit (no peak, none recorded): it ran to the end and nobody measured more."""
+    return verdict.judge_fit(obs.fits, obs.peak_vram_gb, fit_limit_gb) is not False
+
+
+def over_headroom(peak: float | None, fit_limit_gb: float) -> str:
+    """The reason a run that peaked over the headroom line gives for its candidate not fitting."""
+    shown = format_gb(peak) if peak is not None else "a peak"
+    return f"peaked at {shown}, over the headroom line {format_gb(fit_limit_gb)}"
+
+
+def read(history: Sequence[Observation], grid: Grid, fit_limit_gb: float) -> Knowledge:
+    """The history's ``Knowledge`` (a candidate on the grid is taken as the grid spells it)."""
+    space = grid.space
+    k = Knowledge()
+    runs: dict[Candidate, list[Observation]] = defaultdict(list)
+    for obs in history:
+        c = space.candidate(obs.candidate.params) if obs.candidate in grid else obs.candidate
+        if obs.outcome is None:
+            k.running.add(c)
+            continue
+        k.seen.add(c)
+        if obs.outcome == "ok" and obs.samples_per_s is not None and obs.samples_per_s > 0:
+            runs[c].append(obs)
+        elif obs.outcome in MEMORY_OUTCOMES:
+            k.nofit.setdefault(c, ("oom", "ran out of device memory"))
+        else:
+            k.failures[c][obs.outcome] += 1
+            if obs.outcome == "nan":
+                k.nan.add(c)
+                if obs.peak_vram_gb is not None and not fits(obs, fit_limit_gb):
+                    k.nofit.setdefault(c, ("over_headroom", over_headroom(obs.peak_vram_gb, fit_limit_gb)))
+    for c, obs_list in runs.items():
+        sps = [o.samples_per_s for o in obs_list if o.samples_per_s is not None]
+        mean = sum(sps) / len(sps)
+        spread = max([o.spread or 0.0 for o in obs_list] + [(max(sps) - min(sps)) / (2 * mean)])
+        peaks = [o.peak_vram_gb for o in obs_list if o.peak_vram_gb is not None]
+        peak = max(peaks) if peaks else None
+        fit = all(fits(o, fit_limit_gb) for o in obs_list)
+        k.points[c] = Point(c, mean, spread, peak, fit)
+        if not fit:
+            k.nofit.setdefault(c, ("over_headroom", over_headroom(peak, fit_limit_gb)))
+    return k

@@ -1,0 +1,174 @@
+"""What real runs prove about memory: dominance, and a memory line per family.
+
+The rules ("ruled out", "family", the line that places the next probe) are stated
+in ``autotune.core.strategy``; this module applies them to ``Knowledge``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from autotune.core.grid import Grid
+from autotune.core.knowledge import Knowledge
+from autotune.core.space import Candidate, Space
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a candidate was never run, and which trials' candidates proved it."""
+
+    candidate: Candidate
+    reason: str
+    by: list[Candidate] = field(default_factory=list)
+    kind: str = "oom"  # "oom", "over_headroom" or "failed"
+
+
+# -- dominance ---------------------------------------------------------------------------------
+def dominators(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
+    """Candidates proven not to fit that ``c`` needs at least as much memory as, in every knob."""
+    pc = grid.positions(c)
+    out = []
+    for n in k.nofit:
+        pn = grid.positions(n)
+        if all(x >= y for x, y in zip(pc, pn, strict=True)):
+            out.append(n)
+    return out
+
+
+def failed_below(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
+    """Same knobs, smaller batch, failed out for a non-memory reason."""
+    fam, b = grid.family(c), grid.batch(c)
+    return [
+        f for f in k.failures if f != c and grid.family(f) == fam and grid.batch(f) < b and k.exhausted(f)
+    ]
+
+
+def ruled_out(grid: Grid, k: Knowledge) -> list[Verdict]:
+    """Every candidate of the grid not run yet that dominance (or its knobs' failures) rules out."""
+    verdicts = []
+    for c in grid.candidates:
+        if c in k.seen or c in k.running:
+            continue
+        by = dominators(grid, k, c)
+        if by:
+            kinds = {k.nofit[n][0] for n in by}
+            kind = "oom" if "oom" in kinds else "over_headroom"
+            proof = [n for n in by if k.nofit[n][0] == kind]
+            first = proof[0]
+            what = "ran out of device memory" if kind == "oom" else k.nofit[first][1]
+            more = f" (and {len(proof) - 1} more)" if len(proof) > 1 else ""
+            reason = f"needs at least as much memory as {first}, which {what}{more}"
+            verdicts.append(Verdict(c, reason, proof, kind))
+            continue
+        failed = failed_below(grid, k, c)
+        if failed:
+            f = failed[0]
+            outcomes = ", ".join(sorted(k.failures[f]))
+            verdicts.append(
+                Verdict(c, f"the same knobs at a smaller batch failed ({outcomes}): {f}", failed, "failed")
+            )
+    return verdicts
+
+
+def fits_by_dominance(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
+    """Measured fitting candidates of the grid that need at least as much memory as ``c``."""
+    return [
+        p.candidate
+        for p in k.points.values()
+        if p.fits and p.candidate in grid and grid.space.needs_at_least(p.candidate, c)
+    ]
+
+
+# -- the memory line ---------------------------------------------------------------------------
+def pick_batch(
+    grid: Grid,
+    k: Knowledge,
+    fam: Candidate,
+    members: list[Candidate],
+    *,
+    card_gb: float,
+    fit_limit_gb: float,
+    start_low: bool,
+) -> Candidate:
+    """Within a family, probe near the largest batch its memory line says fits."""
+    space = grid.space
+    own = sorted(
+        (space.batch(c), p.peak) for c, p in k.points.items() if space.family(c) == fam and p.peak is not None
+    )
+    ooms = sorted(space.batch(c) for c in k.nofit if space.family(c) == fam)
+    if not own and (ooms or start_low):
+        return members[0]  # the neighbours' line was far off (checkpointing off, say): start low
+    line = memory_line(space, k, fam, own, ooms, card_gb)
+    if line is None:
+        if own:  # one point and no neighbour to borrow a slope from: measure the next batch up
+            above = [c for c in members if space.batch(c) > own[-1][0]]
+            return above[0] if above else members[-1]
+        return members[0]
+    intercept, slope = line
+    ceiling = ooms[0] if ooms else math.inf
+    predicted = [b for b in grid.batches if b < ceiling and intercept + slope * b <= fit_limit_gb]
+    target = predicted[-1] if predicted else grid.batches[0]
+    below = [c for c in members if space.batch(c) <= target]
+    return below[-1] if below else members[0]
+
+
+def memory_line(
+    space: Space,
+    k: Knowledge,
+    fam: Candidate,
+    own: list[tuple[int, float]],
+    ooms: list[int],
+    card_gb: float,
+) -> tuple[float, float] | None:
+    """Peak memory against batch for ``fam``: (intercept, slope), or None when unknown.
+
+    Two own points: their least-squares line. One: a neighbour family's slope, or
+    its intercept (whichever predicts more memory: quantization moves the
+    intercept, checkpointing the slope), and never a slope the family's own OOMs
+    contradict. None: the hungriest nearest neighbour's line.
+    """
+    if len({b for b, _ in own}) >= 2:
+        return least_squares(own)
+    donors = donor_lines(space, k, fam)
+    if own:
+        b1, p1 = own[-1]
+        slopes = [s for _, s in donors] + [(p1 - a) / b1 for a, _ in donors]
+        slopes += [(card_gb - p1) / (b - b1) for b in ooms if b > b1]
+        if not slopes:
+            return None
+        slope = max(0.0, *slopes)
+        return (p1 - slope * b1, slope)
+    if not donors:
+        return None
+    return max(donors, key=lambda line: line[0] + line[1])
+
+
+def donor_lines(space: Space, k: Knowledge, fam: Candidate) -> list[tuple[float, float]]:
+    """Lines of the nearest families (fewest knobs changed) that have two or more points."""
+    pts: dict[Candidate, list[tuple[int, float]]] = defaultdict(list)
+    for c, p in k.points.items():
+        if p.peak is not None:
+            pts[space.family(c)].append((space.batch(c), p.peak))
+    lines: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    fp = fam.params
+    for f, points in pts.items():
+        if f == fam or len({b for b, _ in points}) < 2:
+            continue
+        distance = sum(1 for n, v in f.params.items() if fp.get(n) != v)
+        lines[distance].append(least_squares(sorted(points)))
+    return lines[min(lines)] if lines else []
+
+
+def least_squares(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """The least-squares line (intercept, slope) through ``points``; a falling slope is taken as flat."""
+    n = len(points)
+    mx = sum(b for b, _ in points) / n
+    my = sum(p for _, p in points) / n
+    sxx = sum((b - mx) ** 2 for b, _ in points)
+    if sxx == 0:
+        return (my, 0.0)
+    slope = sum((b - mx) * (p - my) for b, p in points) / sxx
+    return (my - slope * mx, max(slope, 0.0))
