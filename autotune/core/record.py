@@ -33,6 +33,7 @@ KEYS: dict[str, str] = {
     "orchestrator_pid": "pid of the sweep running it",
     "orchestrator_host": "host of that sweep",
     "orchestrator_start": "start time of that sweep's process",
+    "orchestrator_place": "boot id and pid namespace of that sweep (same machine or not)",
     "pid": "pid of the trial's process",
     "pgid": "its process group",
     "pid_start": "start time of that pid (pids are reused)",

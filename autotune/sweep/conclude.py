@@ -13,7 +13,6 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import verdict
-from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import Candidate, Space
 from autotune.errors import AutotuneError
@@ -43,7 +42,7 @@ def pick_best(study: st.SweepStudy, space: Space, strategy: SearchStrategy) -> i
         return None
     cand = best.candidate
     for t, o in reversed(pairs):
-        if o.candidate == cand and t.user_attrs.get("outcome") == Outcome.OK.value:
+        if o.candidate == cand and TrialRecord.from_trial(t).is_ok:
             return t.number
     return None
 
@@ -70,7 +69,7 @@ def confirm(
         done = [
             c
             for c in study.trials((TrialState.COMPLETE, TrialState.FAIL))
-            if c.user_attrs.get("confirm_of") == number and not is_interrupted(c)
+            if TrialRecord.from_trial(c).confirm_of == number and not is_interrupted(c)
         ]
         conf = done[-1] if done else None
         if conf is None:
@@ -79,11 +78,12 @@ def confirm(
                 return number
             progress.line(f"confirming the winner, trial {number}, with {steps * CONFIRM_STEPS_FACTOR} steps")
             conf = run(cand, steps * CONFIRM_STEPS_FACTOR, {"confirm_of": number})
-        if conf.user_attrs.get("outcome") == Outcome.OK.value and conf.user_attrs.get("fits") is not False:
+        confirmation = TrialRecord.from_trial(conf)
+        if confirmation.is_ok and confirmation.fits is not False:
             study.set_attr("confirmed_by", conf.number)
             return number
         progress.line(
-            f"trial {number}'s confirmation failed ({conf.user_attrs.get('reason')}); trying the next best"
+            f"trial {number}'s confirmation failed ({confirmation.get('reason')}); trying the next best"
         )
         rejected.add(cand)
         pairs = [(t, o) for t, o in observations(study, space) if o.candidate not in rejected]
@@ -92,7 +92,7 @@ def confirm(
         if nxt is not None:
             c = nxt.candidate
             for t2, o in reversed(pairs):
-                if o.candidate == c and t2.user_attrs.get("outcome") == Outcome.OK.value:
+                if o.candidate == c and TrialRecord.from_trial(t2).is_ok:
                     number = t2.number
                     break
     return number
@@ -137,14 +137,16 @@ def result(
 ) -> SweepResult:
     """What ``autotune sweep`` prints: the winner, the baseline's speed, the trials, why it stopped."""
     base_no = study.user_attrs.get("baseline_trial")
-    base_sps = study.trial(base_no).user_attrs.get("samples_per_s") if isinstance(base_no, int) else None
+    base_sps = (
+        TrialRecord.from_trial(study.trial(base_no)).samples_per_s if isinstance(base_no, int) else None
+    )
     bt = study.trial(best) if best is not None else None
     return SweepResult(
         study=name,
         storage=url,
         best_trial=best,
         best_params=dict(bt.params) if bt else None,
-        best_samples_per_s=bt.user_attrs.get("samples_per_s") if bt else None,
+        best_samples_per_s=TrialRecord.from_trial(bt).samples_per_s if bt else None,
         baseline_samples_per_s=base_sps,
         trials_run=study.counted_trials(),
         stop_reason=why,

@@ -23,13 +23,13 @@ from typing import Any, NoReturn
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.outcome import Outcome
+from autotune.core.record import TrialRecord
 from autotune.core.space import Candidate
 from autotune.errors import CandidateRefused, ConfigError, SweepInterrupted, TrialOutputError
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.proctree import MARK_VAR, ProcessRecord
 from autotune.execution.runner import RunLimits, RunResult, output_error, run_trial
 from autotune.store.identity import ProcessIdentity
-from autotune.store.recovery import is_interrupted
 from autotune.sweep.conclude import fastest_fitting
 from autotune.sweep.measure import measure, one_line, summary
 from autotune.sweep.naming import accumulation_for, label
@@ -74,15 +74,15 @@ class TrialExecutor:
         ga, effective = accumulation_for(bs, plan.target_effective, plan.num_gpus)
         tag = uuid.uuid4().hex
         me = ProcessIdentity.current()
-        attrs: dict[str, Any] = {
+        attrs = TrialRecord.attrs_of(
             **me.as_attrs(),
-            "role": role,
-            "trial_tag": tag,
-            "gradient_accumulation_steps": ga,
-            "effective_batch": effective,
-            "steps": steps or plan.steps,
+            role=role,
+            trial_tag=tag,
+            gradient_accumulation_steps=ga,
+            effective_batch=effective,
+            steps=steps or plan.steps,
             **(extra or {}),
-        }
+        )
         trial = scheduler.start_trial(step, params, plan.distributions, attrs)
         if role == "baseline":  # at once: a kill after it finishes must not make a resume run it again
             study.set_attr("baseline_trial", trial.number)
@@ -91,7 +91,7 @@ class TrialExecutor:
         self.progress.trial_started(
             trial.number, label(params), estimate, note=f" ({role})" if role != "search" else ""
         )
-        attrs_end: dict[str, Any] = {"trial_dir": str(trial_dir), "log_path": str(trial_dir / "stdout.log")}
+        attrs_end = TrialRecord.attrs_of(trial_dir=str(trial_dir), log_path=str(trial_dir / "stdout.log"))
         try:
             try:
                 trial_dir.mkdir(parents=True, exist_ok=True)
@@ -107,12 +107,16 @@ class TrialExecutor:
         except TrialOutputError as exc:
             self._stop_for_output_error(trial, attrs_end, exc)
         except (CandidateRefused, ConfigError) as exc:
-            attrs_end.update({"outcome": Outcome.CONFIG_ERROR.value, "reason": one_line(str(exc))})
+            attrs_end.update(
+                TrialRecord.attrs_of(outcome=Outcome.CONFIG_ERROR.value, reason=one_line(str(exc)))
+            )
             self.progress.trial_finished(trial.number, f"config_error: {one_line(str(exc))}")
             return scheduler.finish_trial(trial, attrs_end, None)
         spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self.env})
-        attrs_end["command"] = spec.shell_command()
-        scheduler.set_trial_attrs(trial, {"command": attrs_end["command"], "trial_dir": str(trial_dir)})
+        attrs_end.update(TrialRecord.attrs_of(command=spec.shell_command()))
+        scheduler.set_trial_attrs(
+            trial, TrialRecord.attrs_of(command=attrs_end["command"], trial_dir=str(trial_dir))
+        )
 
         limits = RunLimits(
             wall_timeout_s=opts.trial_timeout_s or DEFAULT_TRIAL_TIMEOUT_S,
@@ -124,7 +128,9 @@ class TrialExecutor:
             self._stop_for_output_error(trial, attrs_end, error)
         if error is not None:
             attrs_end.update(
-                {"outcome": Outcome.CRASH.value, "reason": one_line(f"could not start: {error}")}
+                TrialRecord.attrs_of(
+                    outcome=Outcome.CRASH.value, reason=one_line(f"could not start: {error}")
+                )
             )
             self.progress.trial_finished(trial.number, f"crash: {attrs_end['reason']}")
             scheduler.finish_trial(trial, attrs_end, None)
@@ -135,8 +141,9 @@ class TrialExecutor:
                 plan.adapter, result, trial_dir, effective, card_gb=self.card.vram_gb, headroom=opts.headroom
             )
         )
-        attrs_end["wall_s"] = round(result.wall_s, 3)
-        value = attrs_end.get("samples_per_s") if attrs_end["outcome"] == Outcome.OK.value else None
+        attrs_end.update(TrialRecord.attrs_of(wall_s=round(result.wall_s, 3)))
+        record = TrialRecord(trial.number, attrs=attrs_end)
+        value = record.samples_per_s if record.is_ok else None
         finished = scheduler.finish_trial(trial, attrs_end, value)
         self.progress.trial_finished(trial.number, summary(attrs_end))
         self._update_best_line()
@@ -150,7 +157,7 @@ class TrialExecutor:
     ) -> NoReturn:
         """The trial folder cannot be written: record the trial ``interrupted`` (a resume runs it
         again) and stop the sweep with the error, which says where and what to do."""
-        attrs_end.update({"outcome": Outcome.INTERRUPTED.value, "reason": one_line(str(exc))})
+        attrs_end.update(TrialRecord.attrs_of(outcome=Outcome.INTERRUPTED.value, reason=one_line(str(exc))))
         self.progress.trial_finished(trial.number, f"interrupted: {attrs_end['reason']}")
         self.scheduler.finish_trial(trial, attrs_end, None)
         raise exc
@@ -228,14 +235,15 @@ class TrialExecutor:
         wait_for_drain(nvml, self.card.indices, before, self.plan.opts.drain_timeout_s)
 
     def _estimate_s(self) -> float | None:
-        walls = [
-            float(t.user_attrs["wall_s"])
+        records = [
+            TrialRecord.from_trial(t)
             for t in self.scheduler.study.trials((TrialState.COMPLETE, TrialState.FAIL))
-            if isinstance(t.user_attrs.get("wall_s"), (int, float)) and not is_interrupted(t)
         ]
+        walls = [r.wall_s for r in records if r.wall_s is not None and not r.is_interrupted]
         return statistics.median(walls) if walls else None
 
     def _update_best_line(self) -> None:
         best = fastest_fitting(self.scheduler.study, self.plan.space)
         if best is not None:
-            self.progress.set_best(f"{best.user_attrs['samples_per_s']:.3g} samples/s (trial {best.number})")
+            sps = TrialRecord.from_trial(best).samples_per_s or 0.0
+            self.progress.set_best(f"{sps:.3g} samples/s (trial {best.number})")

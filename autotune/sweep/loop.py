@@ -19,11 +19,12 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.outcome import Outcome
+from autotune.core.record import TrialRecord
 from autotune.core.strategy import Observation
 from autotune.core.units import format_duration
 from autotune.errors import BaselineFailedError, ClaimLost, SweepInterrupted
 from autotune.store import study as st
-from autotune.store.recovery import Reaped, is_interrupted
+from autotune.store.recovery import Reaped
 from autotune.store.workers import Waiting
 from autotune.sweep.conclude import write_reports
 from autotune.sweep.executor import TrialExecutor
@@ -123,7 +124,7 @@ class SearchLoop:
                 base = _finished_baseline(trials)
                 if base is None:  # the baseline first, alone: everyone else waits for its verdict
                     busy = any(
-                        t.state == TrialState.RUNNING and t.user_attrs.get("role") == "baseline"
+                        t.state == TrialState.RUNNING and TrialRecord.from_trial(t).role == "baseline"
                         for t in trials
                     ) or any(dict(p) == base_params for p in in_flight)
                     role = "baseline"
@@ -190,9 +191,8 @@ class SearchLoop:
 
     def check_baseline(self, trial: FrozenTrial) -> None:
         """A baseline that did not finish ok stops the sweep, saying why and what to do."""
-        outcome = trial.user_attrs.get("outcome")
-        reason = trial.user_attrs.get("reason", "")
-        log = trial.user_attrs.get("log_path", "")
+        record = TrialRecord.from_trial(trial)
+        outcome, reason, log = record.outcome, record.reason, record.get("log_path") or ""
         card = self.executor.card
         if outcome == Outcome.OK.value:
             return
@@ -226,6 +226,7 @@ class SearchLoop:
 def _finished_baseline(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
     """The baseline trial once it finished (not interrupted): decided by the trials, not an attr."""
     for t in trials:
-        if t.state.is_finished() and t.user_attrs.get("role") == "baseline" and not is_interrupted(t):
+        record = TrialRecord.from_trial(t)
+        if t.state.is_finished() and record.role == "baseline" and not record.is_interrupted:
             return t
     return None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,9 @@ from typing import Any
 from autotune.core import outcome as oc
 from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome
+from autotune.core.record import TrialRecord
 from autotune.core.units import format_gb
-from autotune.core.verdict import fits, judged_peak, samples_per_s
+from autotune.core.verdict import measured_attrs
 from autotune.execution.runner import RunResult
 from autotune.trainers.base import TrainerAdapter
 
@@ -49,42 +49,17 @@ def measure(
         output=result.output_tail,
         metrics=metrics,
     )
-    outcome, reason = Outcome(why.outcome), str(why.reason)
-    attrs: dict[str, Any] = {"outcome": outcome.value, "reason": one_line(reason)}
-    sps = samples_per_s(metrics, effective)
-    peak = judged_peak(metrics)
-    for key, value in (
-        ("step_time_s", metrics.step_time_s),
-        ("step_time_spread_s", metrics.step_time_spread_s),
-        ("samples_per_s", sps),
-        ("peak_vram_gb", peak),
-        ("trainer_peak_vram_gb", metrics.trainer_peak_vram_gb),
-        ("measured_peak_vram_gb", metrics.measured_peak_vram_gb),
-        ("peak_host_rss_gb", result.peak_host_rss_gb),
-    ):
-        if value is not None and math.isfinite(value):
-            attrs[key] = round(float(value), 6)
-    if outcome == Outcome.OK and sps is None:
-        attrs.update(
-            {
-                "outcome": Outcome.CRASH.value,
-                "reason": "finished but no step time or samples/s could be read",
-            }
-        )
-    if peak is not None:
-        attrs["headroom_gb"] = round(card_gb - peak, 4)
-    if attrs["outcome"] == Outcome.OK.value:
-        attrs["fits"] = fits(peak, card_gb, headroom)
-    if outcome == Outcome.OOM:
-        details = oc.parse_oom(output)
-        if details is not None:
-            for key, value in (
-                ("oom_tried_gb", details.tried_gb),
-                ("oom_free_gb", details.free_gb),
-                ("oom_total_gb", details.total_gb),
-            ):
-                if value is not None:
-                    attrs[f"{key}"] = round(float(value), 4)
+    outcome = Outcome(why.outcome)
+    attrs = measured_attrs(
+        outcome,
+        one_line(str(why.reason)),
+        metrics,
+        effective,
+        card_gb,
+        headroom,
+        peak_host_rss_gb=result.peak_host_rss_gb,
+        oom=oc.parse_oom(output) if outcome == Outcome.OOM else None,
+    )
     record = {
         **metrics.to_dict(),
         **attrs,
@@ -121,10 +96,10 @@ def one_line(text: str, limit: int = 300) -> str:
 
 def summary(attrs: Mapping[str, Any]) -> str:
     """The progress line of a finished trial: its speed, peak and fit, or its outcome and why."""
-    outcome = attrs.get("outcome")
-    if outcome == Outcome.OK.value:
-        sps, peak = attrs.get("samples_per_s"), attrs.get("peak_vram_gb")
-        fit = {True: "fits", False: "over the headroom", None: "fit unknown"}[attrs.get("fits")]
-        peak_txt = f", peak {format_gb(peak)}" if isinstance(peak, (int, float)) else ""
+    record = TrialRecord(-1, attrs=attrs)
+    if record.is_ok:
+        sps, peak = record.samples_per_s or 0.0, record.peak_vram_gb
+        fit = {True: "fits", False: "over the headroom", None: "fit unknown"}[record.fits]
+        peak_txt = f", peak {format_gb(peak)}" if peak is not None else ""
         return f"ok: {sps:.3g} samples/s{peak_txt}, {fit}"
-    return f"{outcome}: {one_line(str(attrs.get('reason', '')), 160)}"
+    return f"{record.outcome}: {one_line(record.reason, 160)}"
