@@ -1,1 +1,3 @@
-"""Readers of what trainers print or write: LTX-2 logs, the hook's file, the metrics file."""
+"""Readers of what trainers print or write (never raising on a truncated file): ``ltx2log`` (the
+LTX-2 trainer's Step lines and statistics block), ``hookfile`` (the trial-side hook's JSON lines),
+``metricsfile`` (``AUTOTUNE_METRICS_FILE``)."""
