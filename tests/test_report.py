@@ -411,7 +411,6 @@ def test_write_reports_on_the_real_low_vram_config(tmp_path: Path, ltx2_fixtures
 
 
 def test_ltx2_adapter_writes_only_the_winning_knobs(tmp_path: Path, ltx2_fixtures: Path) -> None:
-    pytest.importorskip("autotune.trainers.ltx2", reason="the ltx2 adapter has not landed yet")
     baseline = ltx2_fixtures / "t2v_lora_low_vram.yaml"
     _, study = build_study(tmp_path, trainer="ltx2", baseline_config=baseline, base_gas=1)
     rep.write_reports(study, tmp_path)
