@@ -17,10 +17,6 @@ import pytest
 from tests.conftest import REPO
 
 pytest.importorskip("torch")
-if not (REPO / "configs" / "reference" / "low_vram.yaml").is_file():  # pragma: no cover
-    pytest.skip(
-        "configs/reference/low_vram.yaml not merged yet (reference-trainer helper)", allow_module_level=True
-    )
 
 
 @pytest.mark.slow
