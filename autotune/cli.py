@@ -244,7 +244,7 @@ def _fraction(text: str) -> float:
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
     from autotune.core.units import format_duration
-    from autotune.sweep.engine import (
+    from autotune.sweep.defaults import (
         DEFAULT_HEADROOM,
         DEFAULT_MAX_BATCH_SIZE,
         DEFAULT_STALL_TIMEOUT_S,

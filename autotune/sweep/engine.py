@@ -42,20 +42,15 @@ from autotune.execution.launch import LaunchSpec
 from autotune.execution.runner import TrialOutputError, output_error
 from autotune.gpu.nvml import GIB, Nvml, NvmlUnavailable, open_nvml
 from autotune.store import study as st
+from autotune.sweep.defaults import (
+    DEFAULT_HEADROOM,
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_STEPS,
+    DEFAULT_TRIAL_TIMEOUT_S,
+)
 from autotune.sweep.progress import Progress
 
-#: Default fraction of the card kept free. Why 10 %: a short trial sees neither
-#: validation nor checkpoint saving nor the slow growth of fragmentation (an A100
-#: 80 GB run of the LTX-2 trainer hit OOM only after 2000 steps), the trainer's own
-#: peak is sampled sparsely (nvidia-smi every 200 steps), and peers aim at 80-95 %
-#: of the card (OTX 80-85 %, Lightning a 5 % margin in-process). 10 % leaves 8 GB
-#: on an 80 GB card and ~4.8 GB on a 48 GB one, about one activation set of a
-#: batch step; it rejects what sits at the edge, like the 5090 at 31 of 32 GB.
-DEFAULT_HEADROOM = 0.10
-DEFAULT_MAX_BATCH_SIZE = 16
-DEFAULT_STEPS = 50  # LTX-2's own autotune runs 50-step trials; Step lines come every 20 steps
-DEFAULT_TRIAL_TIMEOUT_S = 30 * 60.0  # loading a 22B model takes minutes
-DEFAULT_STALL_TIMEOUT_S = 10 * 60.0
 CONFIRM_STEPS_FACTOR = 4  # --confirm re-runs the winner this many times longer
 CONFIRM_ATTEMPTS = 3  # winners tried in turn when a confirmation fails
 DRAIN_TIMEOUT_S = 120.0
