@@ -19,6 +19,7 @@ import time
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+import pytest
 import sqlalchemy
 from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
@@ -26,6 +27,8 @@ from optuna.storages._rdb import models
 from autotune.store.study import PG_SETUP_LOCK_KEY, open_storage, study_names
 from tests.conftest import REPO
 from tests.pg import PostgresServer
+
+pytestmark = pytest.mark.postgres
 
 OPEN = textwrap.dedent(
     """

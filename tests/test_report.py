@@ -438,6 +438,7 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.browser
 def test_html_renders_its_charts_in_headless_chromium(tmp_path: Path, known: tuple[Path, str]) -> None:
     browser = _chromium()
     if browser is None:
