@@ -376,10 +376,14 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 def _sweep_options(args: argparse.Namespace) -> Any:
     from autotune.sweep.engine import SweepOptions
+    from autotune.trainers import adapter_class, adapter_names
 
-    trainer = args.trainer or ("command" if args.cmd else None)
-    if args.cmd and trainer != "command":
-        raise UsageError(f"--cmd goes with --trainer command, not --trainer {trainer}; drop one of them")
+    templated = [name for name in adapter_names() if adapter_class(name).takes_template]
+    trainer = args.trainer or (templated[0] if args.cmd else None)
+    if args.cmd and trainer not in templated:
+        raise UsageError(
+            f"--cmd goes with --trainer {templated[0]}, not --trainer {trainer}; drop one of them"
+        )
     options: dict[str, Any] = {}
     if args.trainer_dir is not None:
         options["trainer_dir"] = args.trainer_dir
@@ -412,7 +416,7 @@ def _sweep_options(args: argparse.Namespace) -> Any:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import optuna
 
-    from autotune.sweep.engine import SweepInterrupted
+    from autotune.errors import SweepInterrupted
     from autotune.sweep.shared import run_sweep
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # autotune prints its own progress
@@ -524,7 +528,7 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:
 def _cmd_worker(args: argparse.Namespace) -> int:
     import optuna
 
-    from autotune.sweep.engine import SweepInterrupted
+    from autotune.errors import SweepInterrupted
     from autotune.sweep.shared import run_worker
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

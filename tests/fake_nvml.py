@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from autotune.gpu.nvml import GIB, DeviceInfo, Nvml, NvmlUnavailable
+from autotune.errors import NvmlUnavailable
+from autotune.gpu.nvml import GIB, DeviceInfo, Nvml
 
 
 class FakeNvml:

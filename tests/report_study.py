@@ -52,7 +52,7 @@ class YamlTestAdapter(TrainerAdapter):
     """A real (if small) adapter over LTX-2-style YAML: edits the baseline text in place.
 
     Not registered at import (other tests list the registry): tests add it with
-    ``monkeypatch.setitem(base._REGISTRY, TEST_TRAINER, YamlTestAdapter)``.
+    ``monkeypatch.setitem(registry.ADAPTERS, TEST_TRAINER, YamlTestAdapter)``.
     """
 
     name: ClassVar[str] = TEST_TRAINER

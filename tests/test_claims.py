@@ -24,17 +24,12 @@ from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 from sqlalchemy.engine import Engine
 
-from autotune.store.claims import (
-    ClaimBook,
-    Heartbeat,
-    WorkerIdentity,
-    candidate_key,
-    canonical_params,
-    count_runs,
-    process_is_gone,
-    sqlite_timeout_engine,
-)
-from autotune.store.workers import create_running_trial, fail_trial, reap_stale
+from autotune.store import optuna_private as op
+from autotune.store.claims import ClaimBook, Heartbeat, candidate_key, canonical_params, count_runs
+from autotune.store.identity import ProcessIdentity, process_runs
+from autotune.store.recovery import fail_trial, reap_stale
+from autotune.store.storage import open_storage
+from autotune.store.study import SweepStudy
 from tests.conftest import FAKES
 
 WORKER = FAKES / "claim_worker.py"
@@ -52,8 +47,13 @@ def _study(url: str, name: str = "s") -> optuna.Study:
     return optuna.create_study(study_name=name, storage=url, direction="maximize")
 
 
-def _other_place(name: str = "elsewhere") -> WorkerIdentity:
-    return WorkerIdentity(name=f"{name} pid 1", place=f"machine-{name}", pid=1, pid_started=0.0)
+def _engine(url: str) -> Engine:
+    """The claims' engine, opened the one way autotune opens a study database."""
+    return op.engine(open_storage(url))
+
+
+def _other_place(name: str = "elsewhere") -> ProcessIdentity:
+    return ProcessIdentity(pid=1, host=name, started=0.0, place=f"machine-{name}", name=f"{name} pid 1")
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
@@ -94,7 +94,7 @@ def test_count_runs(history: list[dict], params: dict, seen: int) -> None:
 
 def test_one_winner_when_many_claim_the_same_run_at_once(db_url: str) -> None:
     study = _study(db_url)
-    engine = sqlite_timeout_engine(db_url)
+    engine = _engine(db_url)
     n = 6
     books = [ClaimBook(engine, study._study_id, worker=_other_place(f"w{i}"), lease_s=30) for i in range(n)]
     barrier = threading.Barrier(n)
@@ -122,7 +122,7 @@ def test_one_winner_when_many_claim_the_same_run_at_once(db_url: str) -> None:
 
 def test_lease_expiry_hands_the_claim_to_one_reaper_and_fences_the_holder(db_url: str) -> None:
     study = _study(db_url)
-    engine = sqlite_timeout_engine(db_url)
+    engine = _engine(db_url)
     holder = ClaimBook(engine, study._study_id, worker=_other_place("holder"), lease_s=0.5)
     reapers = [ClaimBook(engine, study._study_id, lease_s=30) for _ in range(3)]
     claim = holder.try_claim({"x": 1}, seen=0)
@@ -146,7 +146,7 @@ def test_lease_expiry_hands_the_claim_to_one_reaper_and_fences_the_holder(db_url
 
 def test_renewing_keeps_the_claim_past_its_lease(db_url: str) -> None:
     study = _study(db_url)
-    engine = sqlite_timeout_engine(db_url)
+    engine = _engine(db_url)
     holder = ClaimBook(engine, study._study_id, worker=_other_place("holder"), lease_s=0.6)
     reaper = ClaimBook(engine, study._study_id, lease_s=30)
     claim = holder.try_claim({"x": 1}, seen=0)
@@ -163,24 +163,25 @@ def test_renewing_keeps_the_claim_past_its_lease(db_url: str) -> None:
 
 def test_a_dead_claimer_on_this_machine_is_reaped_without_waiting_for_its_lease(db_url: str) -> None:
     study = _study(db_url)
-    engine = sqlite_timeout_engine(db_url)
-    me = WorkerIdentity.current()
+    engine = _engine(db_url)
+    me = ProcessIdentity.current()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    ghost = WorkerIdentity(
+    ghost = ProcessIdentity(
         name="ghost",
         place=me.place,
         pid=child.pid,
-        pid_started=round(psutil.Process(child.pid).create_time(), 3),
+        host=me.host,
+        started=round(psutil.Process(child.pid).create_time(), 3),
     )
     dead = ClaimBook(engine, study._study_id, worker=ghost, lease_s=3600)
     claim = dead.try_claim({"x": 5}, seen=0)
     assert claim is not None
     reaper = ClaimBook(engine, study._study_id, worker=me, lease_s=3600)
     assert reaper.take_stale() == []  # alive
-    assert not process_is_gone(child.pid, ghost.pid_started)
+    assert process_runs(child.pid, ghost.started)
     child.kill()
     child.wait()
-    assert process_is_gone(child.pid, ghost.pid_started)
+    assert not process_runs(child.pid, ghost.started)
     [(row, why)] = reaper.take_stale()
     assert row.trial_id is None and "gone" in why
     # A claim without a trial is deleted: the same run number may be claimed again.
@@ -192,18 +193,19 @@ class _ReaperDied(Exception):
     """Stands for the SIGKILL of a reaper (it is only a sweep) at one point of its work."""
 
 
-def _claim_of_a_dead_worker(study: optuna.Study, engine: Engine) -> int:
+def _claim_of_a_dead_worker(url: str, study: optuna.Study, engine: Engine) -> int:
     """A RUNNING trial tied to the claim of a worker of this machine that was SIGKILLed; its id."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     ghost = dataclasses.replace(
-        WorkerIdentity.current(), name="ghost", pid=child.pid,
-        pid_started=round(psutil.Process(child.pid).create_time(), 3),
+        ProcessIdentity.current(), name="ghost", pid=child.pid,
+        started=round(psutil.Process(child.pid).create_time(), 3),
     )  # fmt: skip
     child.kill()
     child.wait()
     dead = ClaimBook(engine, study._study_id, worker=ghost, lease_s=3600)
     claim = dead.try_claim({"x": 1}, seen=0)
-    trial_id, _ = create_running_trial(study, {"x": 1}, {"x": IntDistribution(0, 7)})
+    sweep = SweepStudy.load(open_storage(url), study.study_name)
+    trial_id = op.trial_id(sweep.start_trial({"x": 1}, {"x": IntDistribution(0, 7)}, {}))
     assert claim is not None and dead.attach(claim, trial_id)
     return trial_id
 
@@ -237,9 +239,9 @@ def test_a_reaper_killed_midway_leaves_the_rest_to_the_next_reaper(
     db_url: str, dies: Callable[[optuna.Study, ClaimBook], None], still_running: bool
 ) -> None:
     study = _study(db_url)
-    engine = sqlite_timeout_engine(db_url)
-    trial_id = _claim_of_a_dead_worker(study, engine)
-    me = WorkerIdentity.current()
+    engine = _engine(db_url)
+    trial_id = _claim_of_a_dead_worker(db_url, study, engine)
+    me = ProcessIdentity.current()
     dies(study, ClaimBook(engine, study._study_id, worker=me))
     [trial] = study.get_trials()
     assert (trial.state == TrialState.RUNNING) == still_running
@@ -303,7 +305,7 @@ def test_three_workers_run_every_candidate_exactly_once(tmp_path: Path) -> None:
     assert all(t.state == TrialState.COMPLETE for t in trials)
     starts = [e for e in _events(out) if e[1] == "start"]
     assert len(starts) == 8
-    book = ClaimBook(sqlite_timeout_engine(db_url), study._study_id)
+    book = ClaimBook(_engine(db_url), study._study_id)
     assert book.in_flight() == []
     assert len(book.all_claims()) == 8
 

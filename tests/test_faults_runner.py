@@ -13,8 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from autotune.errors import TrialOutputError
 from autotune.execution.launch import LaunchSpec
-from autotune.execution.runner import RunLimits, TrialOutputError, run_trial
+from autotune.execution.runner import RunLimits, run_trial
 from tests.faultfs import read_only, small_tmpfs
 
 LIMITS = RunLimits(wall_timeout_s=60, stall_timeout_s=60, grace_s=1)

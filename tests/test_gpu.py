@@ -15,8 +15,8 @@ import pytest
 
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.monitor import ResourceMonitor
-from autotune.execution.proctree import MARK_VAR, is_alive
-from autotune.execution.runner import RunLimits, end_orphaned_trial, run_trial
+from autotune.execution.proctree import MARK_VAR, end_orphaned_trial, is_alive
+from autotune.execution.runner import RunLimits, run_trial
 from autotune.gpu.drain import GpuBusyError, describe_holders, kill_tree, used_bytes, wait_for_drain
 from autotune.gpu.nvml import GIB, DeviceInfo
 from tests.conftest import FAKES

@@ -24,7 +24,9 @@ import sqlalchemy
 from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
 
-from autotune.store.study import PG_SETUP_LOCK_KEY, open_storage, study_names
+from autotune.store.postgres import PG_SETUP_LOCK_KEY
+from autotune.store.storage import open_storage
+from autotune.store.study import study_names
 from tests.conftest import REPO
 from tests.pg import PostgresServer
 
@@ -34,7 +36,8 @@ OPEN = textwrap.dedent(
     """
     import sys
     from autotune.report import build as report
-    from autotune.store.study import open_storage, study_names
+    from autotune.store.storage import open_storage
+    from autotune.store.study import study_names
     if sys.argv[2] == "report":  # autotune report's own read-only opener
         storage = report.open_storage(sys.argv[1])
     else:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from autotune.cli import main
 from autotune.config.plan import make_plan
 from autotune.errors import UnsupportedCardError, UsageError
+from autotune.trainers import get_adapter
 from tests.fake_nvml import A6000, H100, FakeNvml, opener
 
 PATH_LINES = ("model_path:", "text_encoder_path:", "preprocessed_data_root:", "output_dir:")
@@ -328,14 +331,41 @@ def test_reference_missing_baseline_is_a_clear_error(capsys: pytest.CaptureFixtu
     assert rc == 1 and "configs/reference/no_such_baseline.yaml is not in this installation" in err
 
 
-def test_reference_baselines(tmp_path: Path) -> None:
-    from configs import config_file
+@pytest.mark.parametrize("trainer", ["sana", "command"])
+def test_a_trainer_without_plan_baselines_is_sent_to_sweep(trainer: str) -> None:
+    with pytest.raises(UsageError) as err:
+        make_plan(trainer=trainer, vram_gb=48)
+    assert "'autotune plan' knows the baselines of ltx2, reference" in str(err.value)
+    assert f"autotune sweep --trainer {trainer} --config FILE" in str(err.value)
 
-    assert Path(str(config_file("reference", "low_vram.yaml"))).is_file()
+
+def test_reference_baselines(tmp_path: Path) -> None:
     for vram, kind in ((32, "low_vram"), (80, "standard")):
         plan = make_plan(trainer="reference", vram_gb=vram, output=tmp_path / "p.yaml")
         assert plan.source_path is not None and plan.source_path.name == f"{kind}.yaml"
         assert plan.launch is not None and "trials.reference" in plan.launch.command
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_the_plan_launches_what_a_trial_launches(checkout: Path, tmp_path: Path, gpus: int) -> None:
+    """One launch line: the plan's is the adapter's, with the plan's config in place of the trial's."""
+    plan = make_plan(trainer_dir=checkout, vram_gb=80, gpus=gpus, output=tmp_path / "p.yaml")
+    assert plan.launch is not None and plan.launch.cwd is not None
+    spec = get_adapter("ltx2", trainer_dir=checkout).render(
+        plan.to_baseline(), {}, gradient_accumulation_steps=1, steps=2, trial_dir=tmp_path / "t"
+    )
+    trial = [str(tmp_path / "p.yaml") if a == str(tmp_path / "t" / "config.yaml") else a for a in spec.argv]
+    assert plan.launch.command == f"cd {shlex.quote(str(spec.cwd))} && {shlex.join(trial)}"
+    assert spec.cwd == plan.launch.cwd
+
+
+def test_the_reference_plan_launches_what_a_trial_launches(tmp_path: Path) -> None:
+    plan = make_plan(trainer="reference", vram_gb=48, gpus=2, output=tmp_path / "p.yaml")
+    assert plan.launch is not None and plan.num_gpus == 1
+    assert plan.launch.command == shlex.join(
+        [sys.executable, "-m", "trials.reference", str(tmp_path / "p.yaml"), "--disable-progress-bars"]
+    )
+    assert any("runs on one device" in w for w in plan.warnings)
 
 
 def test_plan_as_adapter_baseline(checkout: Path, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 from autotune.cli import main
 from autotune.errors import StorageError
 from autotune.report import build as rep
-from autotune.trainers import base as trainer_base
+from autotune.trainers import registry as trainer_registry
 from tests.conftest import IN_CI
 from tests.pngread import colour_counts, read_png
 from tests.report_study import BASE, KNOB_KEYS, TEST_TRAINER, YamlTestAdapter, build_study, clone_study
@@ -42,8 +42,7 @@ def _expect(name: str, actual: str) -> None:
 @pytest.fixture(autouse=True)
 def yaml_test_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test adapter, registered for each test only."""
-    trainer_base._load_builtins()
-    monkeypatch.setitem(trainer_base._REGISTRY, TEST_TRAINER, YamlTestAdapter)
+    monkeypatch.setitem(trainer_registry.ADAPTERS, TEST_TRAINER, YamlTestAdapter)
 
 
 @pytest.fixture(scope="module")

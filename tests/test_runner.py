@@ -16,9 +16,10 @@ import pytest
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome, classify, parse_oom
+from autotune.errors import LaunchError
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.proctree import is_alive
-from autotune.execution.runner import TAIL_BYTES, LaunchError, RunLimits, RunResult, run_trial
+from autotune.execution.runner import TAIL_BYTES, RunLimits, RunResult, run_trial
 from tests.conftest import FAKES
 
 FAKE = FAKES / "fake_trainer.py"

@@ -25,7 +25,9 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.errors import StudyMismatchError, UsageError
-from autotune.store.claims import ClaimBook, sqlite_timeout_engine
+from autotune.store import optuna_private as op
+from autotune.store.claims import ClaimBook
+from autotune.store.storage import open_storage
 from autotune.sweep.engine import SweepOptions
 from autotune.sweep.shared import OPTIONS_ATTR, run_sweep, run_worker
 from tests.conftest import FAKES, REPO
@@ -161,7 +163,7 @@ def test_parallel_runs_one_pinned_trial_per_card_and_finds_the_same_best(
     assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
     assert study.user_attrs["settings"]["card"]["count"] == 1  # each trial has one card
     assert study.user_attrs[OPTIONS_ATTR]["cmd"] == TEMPLATE
-    assert ClaimBook(sqlite_timeout_engine(url), study._study_id).in_flight() == []
+    assert ClaimBook(op.engine(open_storage(url)), study._study_id).in_flight() == []
 
 
 def test_parallel_refuses_mixed_card_models(tmp_path: Path) -> None:
@@ -433,7 +435,7 @@ def test_a_second_sweep_on_this_machine_is_refused_but_a_worker_joins(
 ) -> None:
     import psutil
 
-    from autotune.store import study as st
+    from autotune.store.identity import ProcessIdentity
 
     for key, value in _fake_env(tmp_path, sleep_s=0.05).items():
         monkeypatch.setenv(key, value)
@@ -441,10 +443,10 @@ def test_a_second_sweep_on_this_machine_is_refused_but_a_worker_joins(
     run_sweep(_opts(tmp_path, url, max_trials=1), nvml=False, stream=io.StringIO(), tty=False)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:  # another sweep of this study, alive on this machine
-        storage = st.open_storage(url)
+        storage = open_storage(url)
         sid = storage.get_study_id_from_name("s")
-        me = st.Orchestrator.me()
-        live = st.Orchestrator(other.pid, me.host, psutil.Process(other.pid).create_time())
+        me = ProcessIdentity.current()
+        live = ProcessIdentity(other.pid, me.host, psutil.Process(other.pid).create_time())
         storage.set_study_user_attr(sid, "orchestrator", live.as_attrs())
         with pytest.raises(
             UsageError, match=f"being run right now by another autotune \\(pid {other.pid}\\)"

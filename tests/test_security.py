@@ -23,7 +23,7 @@ import pytest
 from autotune.errors import ConfigError
 from autotune.execution.launch import REDACTED, LaunchSpec, is_secret_name
 from autotune.execution.runner import RunLimits, run_trial
-from autotune.trainers.base import Baseline, get_adapter
+from autotune.trainers import Baseline, get_adapter
 from tests.conftest import FAKES, REPO
 
 ARGV_TRAINER = FAKES / "argv_trainer.py"
@@ -190,13 +190,13 @@ def test_sana_yaml_with_a_python_tag_never_runs_it(tmp_path: Path) -> None:
 
 
 def test_knob_files_are_read_safely(tmp_path: Path) -> None:
-    from autotune.core.space import Space
+    from autotune.config.knobs import load_space
 
     pwned = tmp_path / "pwned"
     knobs = tmp_path / "knobs.yaml"
     knobs.write_text(f'knobs: !!python/object/apply:os.system ["touch {pwned}"]\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="safe loader"):
-        Space.from_knob_file(knobs, max_batch_size=4, allow_extra_savers=False)
+        load_space(knobs, max_batch_size=4, allow_extra_savers=False)
     assert not pwned.exists()
 
 

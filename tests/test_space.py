@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from autotune.core.space import Candidate, Space, batch_sizes
@@ -34,19 +32,6 @@ def test_batch_sizes_double_and_keep_a_non_power_of_two_max(
 def test_batch_sizes_reject_zero() -> None:
     with pytest.raises(UsageError, match="max-batch-size"):
         batch_sizes(0)
-
-
-def test_knob_file_loads_saving_to_hungry(tmp_path: Path) -> None:
-    path = tmp_path / "knobs.yaml"
-    path.write_text(KNOBS_YAML)
-    s = Space.from_knob_file(path, max_batch_size=8, allow_extra_savers=False)
-    assert s.names == ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
-    assert s.knob("quantization").values == ("int8-quanto", "none")
-    assert s.knob("batch_size").values == (1, 2, 4, 8)
-    assert s.knob("gradient_checkpointing").values == (True, False)
-    assert s.batch_knob == "batch_size"
-    assert len(s) == 2 * 2 * 4 * 2 == len(list(s))
-    assert s.fidelity == {"quantization": "none", "optimizer": "adamw"}
 
 
 def test_extra_savers_only_when_allowed_and_placed_before_values() -> None:
@@ -105,11 +90,6 @@ def test_bad_knob_files_say_what_and_where(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         Space.from_text(text, source="knobs.yaml", max_batch_size=8, allow_extra_savers=False)
     assert "knobs.yaml" in str(info.value) or "fidelity" in str(info.value) or "value" in str(info.value)
-
-
-def test_missing_knob_file_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read knob file"):
-        Space.from_knob_file(tmp_path / "nope.yaml", max_batch_size=4, allow_extra_savers=False)
 
 
 def test_candidate_is_frozen_hashable_and_order_insensitive() -> None:
@@ -211,14 +191,3 @@ def test_family_drops_only_the_batch() -> None:
 )
 def test_fidelity_score(candidate: Candidate, score: int) -> None:
     assert space().fidelity_score(candidate) == score
-
-
-def test_every_shipped_knob_file_loads() -> None:
-    knob_dir = Path(__file__).resolve().parent.parent / "configs" / "knobs"
-    files = sorted(knob_dir.glob("*.yaml"))
-    assert files, f"no knob files under {knob_dir}"
-    for path in files:
-        for extra in (False, True):
-            s = Space.from_knob_file(path, max_batch_size=16, allow_extra_savers=extra)
-            assert len(list(s)) == len(s) > 0, path
-            assert s.families(), path

@@ -15,8 +15,14 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.errors import StorageError, StudyMismatchError, UsageError
+from autotune.execution.proctree import MARK_VAR
+from autotune.store import sqlite as sqlite_store
 from autotune.store import study as st
+from autotune.store import urls
+from autotune.store.identity import ProcessIdentity, process_runs
+from autotune.store.settings import settings_diff
 from autotune.store.sqlite import optuna_schema_versions
+from autotune.store.storage import open_storage
 
 SETTINGS: dict[str, Any] = {
     "trainer": "reference",
@@ -45,7 +51,7 @@ DISTS = st.distributions(KNOBS, 16)
 def _open(
     tmp_path: Path, settings: dict[str, Any] | None = None, name: str = "s"
 ) -> tuple[st.SweepStudy, bool]:
-    storage = st.open_storage(st.default_storage_url(tmp_path))
+    storage = open_storage(urls.default_storage_url(tmp_path))
     return st.SweepStudy.open_or_create(storage, name, settings or SETTINGS, workdir=tmp_path)
 
 
@@ -60,12 +66,12 @@ def _open(
     ],
 )
 def test_sqlite_path(url: str, path: Path | None) -> None:
-    assert st.sqlite_path(url) == path
+    assert urls.sqlite_path(url) == path
 
 
 def test_default_storage_is_absolute_sqlite_in_workdir(tmp_path: Path) -> None:
     os.chdir(tmp_path)
-    assert st.default_storage_url(Path("autotune-runs")) == f"sqlite:///{tmp_path}/autotune-runs/studies.db"
+    assert urls.default_storage_url(Path("autotune-runs")) == f"sqlite:///{tmp_path}/autotune-runs/studies.db"
 
 
 @pytest.mark.parametrize("name", ["demo", "ltx2-h100", "a.b_c-1"])
@@ -102,7 +108,7 @@ def test_bad_study_names_are_usage_errors(name: str) -> None:
     ],
 )
 def test_settings_diff(change: dict[str, Any], expected: list[str]) -> None:
-    assert st.settings_diff(SETTINGS, {**SETTINGS, **change}) == expected
+    assert settings_diff(SETTINGS, {**SETTINGS, **change}) == expected
 
 
 def test_distributions_hold_extra_savers_and_none() -> None:
@@ -168,18 +174,18 @@ def test_budget_and_count_add_up_across_resumes(tmp_path: Path) -> None:
     assert running.number == 2
 
 
-def _dead_orchestrator() -> st.Orchestrator:
+def _dead_orchestrator() -> ProcessIdentity:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     ps = psutil.Process(proc.pid)
     created = ps.create_time()
     proc.wait()
-    return st.Orchestrator(proc.pid, st.Orchestrator.me().host, created)
+    return ProcessIdentity(proc.pid, ProcessIdentity.current().host, created)
 
 
 def _orphan(tag: str) -> subprocess.Popen[bytes]:
     """A 'trial' that outlived its orchestrator: own session, with a child, tagged."""
     code = "import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); time.sleep(60)"
-    env = {**os.environ, st.TRIAL_TAG_ENV: tag}
+    env = {**os.environ, MARK_VAR: tag}
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, env=env)
     deadline = time.monotonic() + 10
     while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
@@ -202,17 +208,17 @@ def test_stale_trial_of_dead_orchestrator_is_interrupted_and_its_group_ended(tmp
     finished = s.start_trial({"batch_size": 1}, DISTS, dead.as_attrs())
     s.finish_trial(finished, {"outcome": "ok"}, 2.0)
 
-    recovered = s.recover_stale(st.Orchestrator.me())
+    recovered = s.recover_stale(ProcessIdentity.current())
 
     assert [r.number for r in recovered] == [t.number]
     assert recovered[0].params == {"batch_size": 4}
     assert set(recovered[0].killed_pids) == {orphan.pid, grandchild.pid}
     assert orphan.wait(timeout=10) is not None
-    assert not st.process_alive(grandchild.pid)
+    assert not process_runs(grandchild.pid)
     again = s.trial(t.number)
     assert again.state == TrialState.FAIL and again.user_attrs["outcome"] == "interrupted"
     assert s.trial(finished.number).state == TrialState.COMPLETE  # finished trials are never touched
-    assert s.recover_stale(st.Orchestrator.me()) == []
+    assert s.recover_stale(ProcessIdentity.current()) == []
 
 
 def test_orphan_found_by_its_tag_when_no_pid_was_recorded(tmp_path: Path) -> None:
@@ -220,7 +226,7 @@ def test_orphan_found_by_its_tag_when_no_pid_was_recorded(tmp_path: Path) -> Non
     dead = _dead_orchestrator()
     orphan = _orphan("db:s:7")
     s.start_trial({"batch_size": 4}, DISTS, {**dead.as_attrs(), "trial_tag": "db:s:7"})
-    (r,) = s.recover_stale(st.Orchestrator.me())
+    (r,) = s.recover_stale(ProcessIdentity.current())
     assert orphan.pid in r.killed_pids
     assert orphan.wait(timeout=10) is not None
 
@@ -233,7 +239,7 @@ def test_reused_pid_is_not_killed(tmp_path: Path) -> None:
     try:
         attrs = {**dead.as_attrs(), "pid": bystander.pid, "pgid": bystander.pid, "pid_start": 12345.0}
         s.start_trial({"batch_size": 4}, DISTS, attrs)
-        (r,) = s.recover_stale(st.Orchestrator.me())
+        (r,) = s.recover_stale(ProcessIdentity.current())
         assert r.killed_pids == []
         assert bystander.poll() is None
     finally:
@@ -245,21 +251,23 @@ def test_live_orchestrator_keeps_its_trial_and_blocks_a_second_run(tmp_path: Pat
     s, _ = _open(tmp_path)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        live = st.Orchestrator(other.pid, st.Orchestrator.me().host, psutil.Process(other.pid).create_time())
+        live = ProcessIdentity(
+            other.pid, ProcessIdentity.current().host, psutil.Process(other.pid).create_time()
+        )
         s.claim(live)
         s.start_trial({"batch_size": 4}, DISTS, live.as_attrs())
-        assert s.recover_stale(st.Orchestrator.me()) == []
+        assert s.recover_stale(ProcessIdentity.current()) == []
         with pytest.raises(UsageError, match=f"another autotune \\(pid {other.pid}\\)"):
-            s.check_not_running_elsewhere(st.Orchestrator.me())
+            s.check_not_running_elsewhere(ProcessIdentity.current())
     finally:
         other.kill()
         other.wait()
-    s.check_not_running_elsewhere(st.Orchestrator.me())  # dead now: resuming is fine
-    assert len(s.recover_stale(st.Orchestrator.me())) == 1
+    s.check_not_running_elsewhere(ProcessIdentity.current())  # dead now: resuming is fine
+    assert len(s.recover_stale(ProcessIdentity.current())) == 1
 
 
 def test_load_picks_the_only_study_or_asks(tmp_path: Path) -> None:
-    storage = st.open_storage(st.default_storage_url(tmp_path))
+    storage = open_storage(urls.default_storage_url(tmp_path))
     with pytest.raises(StorageError, match="no study yet"):
         st.SweepStudy.load(storage, None)
     _open(tmp_path, name="one")
@@ -273,14 +281,14 @@ def test_load_picks_the_only_study_or_asks(tmp_path: Path) -> None:
 
 def test_reading_never_creates_a_database(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no study database at"):
-        st.open_storage(st.default_storage_url(tmp_path / "nowhere"), create=False)
+        open_storage(urls.default_storage_url(tmp_path / "nowhere"), create=False)
     assert not (tmp_path / "nowhere").exists()
 
 
 @pytest.mark.parametrize("url", ["studies.db", "/tmp/x.db"])
 def test_storage_url_without_scheme_is_usage_error(url: str) -> None:
     with pytest.raises(UsageError, match="not a database URL"):
-        st.open_storage(url)
+        open_storage(url)
 
 
 def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
@@ -296,11 +304,11 @@ def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
 OPENERS = """
 import os, sys, time
 sys.path.insert(0, sys.argv[3])
-from autotune.store import study as st
+from autotune.store.storage import open_storage
 url, gate = sys.argv[1], sys.argv[2]
 while not os.path.exists(gate):
     time.sleep(0.001)
-storage = st.open_storage(url)
+storage = open_storage(url)
 print(len(storage.get_all_studies()))
 """
 
@@ -311,13 +319,13 @@ def test_new_database_file_appears_only_complete(tmp_path: Path, monkeypatch: py
     db = tmp_path / "runs" / "studies.db"
     seen: list[tuple[str, bool]] = []
 
-    class Spy(st.RDBStorage):
+    class Spy(sqlite_store.RDBStorage):
         def __init__(self, url: str, **kwargs: Any) -> None:
             seen.append((url, db.exists()))  # could a reader open the final file now?
             super().__init__(url, **kwargs)
 
-    monkeypatch.setattr(st, "RDBStorage", Spy)
-    st.open_storage(f"sqlite:///{db}")
+    monkeypatch.setattr(sqlite_store, "RDBStorage", Spy)
+    open_storage(f"sqlite:///{db}")
     made_at, existed = seen[0]
     assert made_at != f"sqlite:///{db}" and not existed  # the tables were made under another name
     conn = sqlite3.connect(db)
@@ -349,7 +357,7 @@ def test_many_processes_opening_one_new_database_at_once_all_succeed(tmp_path: P
 
 def test_an_existing_database_is_opened_as_it_is(tmp_path: Path) -> None:
     _open(tmp_path, name="kept")
-    again = st.open_storage(st.default_storage_url(tmp_path))
+    again = open_storage(urls.default_storage_url(tmp_path))
     assert st.study_names(again) == ["kept"]
 
 
@@ -371,7 +379,7 @@ def test_orphan_found_by_the_runners_mark_in_process_json(tmp_path: Path) -> Non
         json.dumps({"pid": orphan.pid, "mark": "mark-42", "started_at": time.time()})
     )
     s.start_trial({"batch_size": 4}, DISTS, {**dead.as_attrs(), "trial_dir": str(trial_dir)})
-    (r,) = s.recover_stale(st.Orchestrator.me())
+    (r,) = s.recover_stale(ProcessIdentity.current())
     assert orphan.pid in r.killed_pids
     assert orphan.wait(timeout=10) is not None
 
@@ -388,6 +396,6 @@ def test_recovered_trial_counts_only_the_time_it_really_ran(tmp_path: Path) -> N
     log.write_text("Step 20/50\n")
     started = t.datetime_start.timestamp()  # type: ignore[union-attr]
     os.utime(log, (started + 1.5, started + 1.5))
-    s.recover_stale(st.Orchestrator.me(), kill=lambda _t: [])
+    s.recover_stale(ProcessIdentity.current(), kill=lambda _t: [])
     later = dt.datetime.now() + dt.timedelta(hours=8)
     assert s.spent_s(later) == pytest.approx(1.5, abs=0.01)

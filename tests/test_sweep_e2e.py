@@ -23,7 +23,9 @@ from typing import Any
 
 import pytest
 
-from autotune.store.claims import ClaimBook, sqlite_timeout_engine
+from autotune.store import optuna_private as op
+from autotune.store.claims import ClaimBook
+from autotune.store.storage import open_storage
 from tests.conftest import FAKES, REPO
 from tests.fakes import sweep_trainer
 
@@ -302,7 +304,7 @@ def test_a_sweep_killed_while_it_reaped_a_dead_sweeps_trial_leaves_the_next_one_
         [(study_id,)] = conn.execute("SELECT study_id FROM studies").fetchall()
     finally:
         conn.close()
-    engine = sqlite_timeout_engine(f"sqlite:///{db}")
+    engine = op.engine(open_storage(f"sqlite:///{db}"))
     try:  # the trainer runs, so its trial is tied to its claim: the reaper takes it, and dies here
         [(row, _)] = ClaimBook(engine, study_id).take_stale()
     finally:

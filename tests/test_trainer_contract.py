@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from autotune.config.yamlconf import load_yaml_file
-from autotune.errors import ConfigError, UnknownTrainerError
-from autotune.trainers import Baseline, TrainerAdapter, adapter_names, get_adapter
+from autotune.errors import ConfigError, UnknownTrainerError, UsageError
+from autotune.gpu.tiers import classify
+from autotune.trainers import Baseline, TrainerAdapter, adapter_class, adapter_names, get_adapter
 from autotune.trainers.readers.metricsfile import METRICS_ENV
 from tests.conftest import FAKES
 
@@ -263,3 +264,59 @@ def test_unknown_option_is_a_usage_error(name: str) -> None:
 
     with pytest.raises(UsageError, match="takes no option"):
         get_adapter(name, template="x", colour="blue")
+
+
+# --- the hooks the rest of autotune asks instead of branching on a trainer's name -------------------
+
+
+def test_emulated_vram_hooks(case: Case, tmp_path: Path) -> None:
+    adapter, baseline = case.make(tmp_path)
+    emulated = adapter.with_emulated_vram(baseline, 24.0)
+    if not adapter.emulates_vram:
+        assert emulated is baseline and adapter.emulated_vram_gb(baseline) is None
+        return
+    assert adapter.emulated_vram_gb(baseline) is None  # the config names no card
+    assert (
+        adapter.emulated_vram_gb(emulated) == 24.0
+        and baseline.data.get("reference") != emulated.data["reference"]
+    )
+    assert "emulated_vram_gb: 24.0" in emulated.text and "hidden_size: 64" in emulated.text
+    assert adapter.with_emulated_vram(emulated, 24.0) is emulated  # already so: nothing rewritten
+
+
+def test_plan_hooks(case: Case, tmp_path: Path) -> None:
+    """A trainer ``autotune plan`` knows has a baseline for every tier and a launch line from a config."""
+    adapter, baseline = case.make(tmp_path)
+    config = tmp_path / "planned.yaml"
+    if not adapter.plan_baselines:
+        with pytest.raises(UsageError):
+            adapter.launch_argv(baseline, config, progress_bars=False)
+        return
+    argv = adapter.launch_argv(baseline, config, progress_bars=False)
+    assert str(config) in argv and argv[-1] == "--disable-progress-bars"
+    for vram in (24, 32, 48, 80):
+        name = classify(vram).baseline_file(adapter.name)
+        if adapter.bundled_baselines is not None:
+            from configs import config_file
+
+            assert name.startswith(f"{adapter.bundled_baselines}/")
+            assert Path(str(config_file(*name.split("/")))).is_file()
+
+
+def test_hooks_say_what_the_branches_said() -> None:
+    """The facts that used to be ``trainer == "..."`` tests elsewhere, now asked of the adapters."""
+
+    def having(hook: str) -> list[str]:
+        return [n for n in adapter_names() if getattr(adapter_class(n), hook)]
+
+    assert having("takes_template") == ["command"]
+    assert having("plan_baselines") == ["ltx2", "reference"]
+    assert having("bundled_baselines") == having("config_sections") == ["reference"]
+    assert having("loads_model_paths") == having("needs_tier_gate") == having("report_notes") == ["ltx2"]
+    assert having("single_device") == having("emulates_vram") == ["reference"]
+    assert {n: adapter_class(n).config_suffix for n in adapter_names()} == {
+        "command": ".yaml",
+        "ltx2": ".yaml",
+        "reference": ".yaml",
+        "sana": ".sh",
+    }

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from autotune.config.yamlconf import dotted_items, load_yaml
-from autotune.errors import UsageError
+from autotune.errors import CandidateRefused, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers import get_adapter
-from autotune.trainers.base import CandidateRefused
 from autotune.trainers.ltx2 import GRAD_ACCUM_KEY, KNOB_KEYS, Ltx2Adapter, short_run_recipe
 from tests.conftest import FAKES
 

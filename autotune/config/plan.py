@@ -11,42 +11,24 @@ The baseline text keeps every other line byte for byte: comments are for people.
 from __future__ import annotations
 
 import math
-import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.config.planfiles import PATH_KEYS, abs_path, locate_config, patch_paths
 from autotune.config.schema import check_keys
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.errors import AutotuneError, UnknownTrainerError, UnsupportedCardError, UsageError
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import probe
 from autotune.gpu.tiers import TierInfo, classify
-from autotune.trainers.base import Baseline
+from autotune.trainers import Baseline, TrainerAdapter, adapter_class, adapter_names, get_adapter
 
-#: Trainers whose baselines ``plan`` knows. Other adapters take the user's own config.
-PLAN_TRAINERS = ("ltx2", "reference")
-#: Where the LTX-2 trainer package sits inside the LTX-2 repository.
-LTX2_PACKAGE = Path("packages") / "ltx-trainer"
 DEFAULT_PLAN_FILE = Path("autotune-runs") / "plan.yaml"
 #: What the LTX-2 trainer's code assumes when a key is left out (the example files differ).
 LTX2_CODE_DEFAULTS = {"optimization.batch_size": 2, "optimization.gradient_accumulation_steps": 1}
-
-PATH_KEYS = {
-    "model": "model.model_path",
-    "text_encoder": "model.text_encoder_path",
-    "data": "data.preprocessed_data_root",
-    "output_dir": "output_dir",
-}
-_FLAGS = {
-    "model": "--model",
-    "text_encoder": "--text-encoder",
-    "data": "--data",
-    "output_dir": "--output-dir",
-}
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^hf:")
 
 
 @dataclass(frozen=True)
@@ -226,7 +208,7 @@ def make_plan(
     wrong paths, unknown config keys, a card below 32 GB without ``force``.
     """
     cwd = cwd or Path.cwd()
-    _check_trainer(trainer)
+    adapter = _check_trainer(trainer)
     warnings: list[str] = []
     vram, source, card, num_gpus = _card(vram_gb, gpus, open_nvml, env, warnings)
     tier = classify(vram)
@@ -241,7 +223,7 @@ def make_plan(
             f"--force: planning the low-VRAM config for a {vram:g} GB card, below the trainer's 32 GB minimum; "
             "expect out-of-memory failures"
         )
-    package_dir, source_path = _locate_config(trainer, trainer_dir, config, tier, cwd, warnings)
+    package_dir, source_path = locate_config(adapter, trainer_dir, config, tier, cwd, warnings)
     config_name = source_path.name if source_path else (config or tier.baseline_file(trainer))
     plan = Plan(
         trainer=trainer,
@@ -257,7 +239,7 @@ def make_plan(
         text=None,
         warnings=warnings,
         package_dir=package_dir,
-        output_path=_abs(output, cwd) if output else None,
+        output_path=abs_path(output, cwd) if output else None,
     )
     if source_path is not None and plan.output_path is None:
         plan.output_path = cwd / DEFAULT_PLAN_FILE
@@ -274,17 +256,14 @@ def make_plan(
         return plan
     text = _read(source_path)
     plan.source_text = text
-    check_keys(
-        text,
-        str(source_path),
-        extra_sections=("reference",) if trainer == "reference" else (),
-        trainer="the reference trainer" if trainer == "reference" else "the LTX-2 trainer",
-    )
+    check_keys(text, str(source_path), extra_sections=adapter.config_sections, trainer=adapter.label)
     rt = RoundTripConfig.from_text(text, str(source_path))
-    _patch_paths(
-        plan, rt, {"model": model, "text_encoder": text_encoder, "data": data, "output_dir": output_dir}, cwd
-    )
-    _batch_and_launch(plan, rt)
+    given = {"model": model, "text_encoder": text_encoder, "data": data, "output_dir": output_dir}
+    paths = patch_paths(rt, given, cwd, package=package_dir, loads_model_paths=adapter.loads_model_paths)
+    plan.patched.update(paths.patched)
+    plan.unset_paths.extend(paths.unset)
+    plan.warnings.extend(paths.warnings)
+    _batch_and_launch(plan, rt, adapter)
     plan.text = rt.dump()
     return plan
 
@@ -310,18 +289,18 @@ def write_plan(plan: Plan) -> Path:
 # --- steps -------------------------------------------------------------------------------------
 
 
-def _check_trainer(trainer: str) -> None:
-    if trainer in PLAN_TRAINERS:
-        return
-    from autotune.trainers.base import adapter_names
-
+def _check_trainer(trainer: str) -> type[TrainerAdapter]:
+    """The adapter class of a trainer whose baselines ``plan`` knows (``plan_baselines``)."""
+    planned = [name for name in adapter_names() if adapter_class(name).plan_baselines]
+    if trainer in planned:
+        return adapter_class(trainer)
     if trainer in adapter_names():
         raise UsageError(
-            f"'autotune plan' knows the baselines of {', '.join(PLAN_TRAINERS)}; for the {trainer!r} trainer, "
+            f"'autotune plan' knows the baselines of {', '.join(planned)}; for the {trainer!r} trainer, "
             f"pass your own config to 'autotune sweep --trainer {trainer} --config FILE'"
         )
     raise UnknownTrainerError(
-        f"unknown trainer {trainer!r}; 'autotune plan' knows: {', '.join(PLAN_TRAINERS)}. "
+        f"unknown trainer {trainer!r}; 'autotune plan' knows: {', '.join(planned)}. "
         "Pick one with --trainer NAME."
     )
 
@@ -360,184 +339,7 @@ def _card(
     return round(smallest.memory_total_gib, 2), "probe", smallest.name, gpus or count
 
 
-def _locate_config(
-    trainer: str, trainer_dir: Path | None, config: str | None, tier: TierInfo, cwd: Path, warnings: list[str]
-) -> tuple[Path | None, Path | None]:
-    """(trainer package dir, config file to read); (None, None) when no checkout is given."""
-    if (
-        config
-        and Path(config).suffix in (".yaml", ".yml")
-        and ("/" in config or _abs(Path(config), cwd).is_file())
-    ):
-        path = _abs(Path(config), cwd)
-        if path.is_dir():
-            raise UsageError(f"--config {config}: {path} is a directory; give the YAML file itself")
-        if not path.is_file():
-            raise UsageError(
-                f"--config {config}: no such file ({path}); check the path, or name a shipped config "
-                "without a folder (like --config t2v_lora)"
-            )
-        package = _package_dir(trainer_dir, cwd) if trainer == "ltx2" and trainer_dir else None
-        return package, path
-    if trainer == "reference":
-        from configs import config_file
-
-        if trainer_dir is not None:
-            warnings.append("--trainer-dir is ignored for the built-in reference trainer")
-        name = _yaml_name(config) if config else tier.baseline_file("reference")
-        if config and "/" not in name:
-            name = f"reference/{name}"
-        node = config_file(*name.split("/"))
-        path = Path(str(node))
-        if not path.is_file():
-            shipped = sorted(p.name for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
-            raise AutotuneError(
-                f"the reference trainer's baseline configs/{name} is not in this installation"
-                + (f" (it has: {', '.join(shipped)})" if shipped else " (configs/reference/ is missing)")
-                + "; it ships with the built-in reference trainer: update autotune, or plan with --trainer ltx2"
-            )
-        return None, path
-    if trainer_dir is None:
-        warnings.append(
-            "no LTX-2 checkout given: this plan names the tier and its baseline only; add --trainer-dir DIR "
-            "(the LTX-2 repo root or packages/ltx-trainer) to read the config, patch its paths and write it"
-        )
-        return None, None
-    package = _package_dir(trainer_dir, cwd)
-    configs = package / "configs"
-    name = _yaml_name(config) if config else tier.baseline_file("ltx2")
-    path = configs / name
-    if not path.is_file():
-        shipped = sorted(p.name for p in configs.glob("*.yaml"))
-        raise UsageError(
-            f"{path}: no such config in the trainer checkout; shipped configs: {', '.join(shipped) or '(none)'}. "
-            "Name one with --config NAME, or update the checkout."
-        )
-    if config and name != tier.baseline_file("ltx2"):
-        warnings.append(
-            f"--config {name} replaces the {tier.tier} tier's tested baseline ({tier.baseline_file('ltx2')}); "
-            "check that it fits the card"
-        )
-    return package, path
-
-
-def _package_dir(trainer_dir: Path | None, cwd: Path) -> Path:
-    assert trainer_dir is not None
-    root = _abs(trainer_dir, cwd)
-    if not root.exists():
-        raise UsageError(
-            f"--trainer-dir {trainer_dir}: no such directory ({root}); give the LTX-2 repo root "
-            "(git clone https://github.com/Lightricks/LTX-2) or its packages/ltx-trainer"
-        )
-    if not root.is_dir():
-        raise UsageError(f"--trainer-dir {trainer_dir}: {root} is a file, not the LTX-2 checkout's directory")
-    for candidate in (root / LTX2_PACKAGE, root):
-        if (candidate / "configs").is_dir() and (
-            (candidate / "scripts" / "train.py").is_file()
-            or any((candidate / "configs").glob("t2v_lora*.yaml"))
-        ):
-            return candidate
-    raise UsageError(
-        f"--trainer-dir {trainer_dir}: {root} is not an LTX-2 checkout: expected {LTX2_PACKAGE}/configs/ "
-        "(the repo root) or configs/ with t2v_lora.yaml (packages/ltx-trainer)"
-    )
-
-
-def _patch_paths(plan: Plan, rt: RoundTripConfig, given: Mapping[str, str | Path | None], cwd: Path) -> None:
-    for name, dotted in PATH_KEYS.items():
-        value = given[name]
-        if value is None:
-            if name == "output_dir":
-                _default_output_dir(plan, rt)
-            elif plan.trainer == "ltx2" and rt.has(dotted):
-                plan.unset_paths.append(dotted)
-                plan.warnings.append(
-                    f"{dotted} still reads {rt.get(dotted)!r} from the shipped file: pass {_FLAGS[name]} PATH "
-                    "before a sweep or training can start"
-                )
-            continue
-        text = str(value)
-        if _URL.match(text):
-            raise UsageError(
-                f"{_FLAGS[name]} {text}: a URL; the LTX-2 trainer loads local files only. "
-                "Download it first and pass the local path."
-            )
-        path = _abs(Path(value), cwd)
-        _check_path(name, path, rt)
-        rt.set(dotted, str(path))
-        plan.patched[dotted] = str(path)
-
-
-def _default_output_dir(plan: Plan, rt: RoundTripConfig) -> None:
-    """A relative shipped ``output_dir`` is relative to the trainer package: make it absolute."""
-    current = rt.get("output_dir")
-    if (
-        plan.package_dir is not None
-        and isinstance(current, str)
-        and current
-        and not Path(current).is_absolute()
-    ):
-        absolute = str((plan.package_dir / current).resolve())
-        rt.set("output_dir", absolute)
-        plan.patched["output_dir"] = absolute
-
-
-def _check_path(name: str, path: Path, rt: RoundTripConfig) -> None:
-    flag = _FLAGS[name]
-    if name == "model":
-        if not path.exists():
-            raise UsageError(f"{flag} {path}: no such file; give the local LTX-2 checkpoint (.safetensors)")
-        if not path.is_file() or path.suffix != ".safetensors":
-            raise UsageError(
-                f"{flag} {path}: the model must be a local .safetensors file (the unified checkpoint, "
-                "or a split pack's transformer)"
-            )
-    elif name == "text_encoder":
-        if not path.exists():
-            raise UsageError(
-                f"{flag} {path}: no such file or directory; give the Gemma text encoder's directory "
-                "(or a split pack's text-encoder .safetensors)"
-            )
-        if path.is_file() and path.suffix != ".safetensors":
-            raise UsageError(
-                f"{flag} {path}: expected the Gemma model directory or a packed text-encoder .safetensors"
-            )
-    elif name == "data":
-        if not path.is_dir():
-            raise UsageError(
-                f"{flag} {path}: no such directory; give the output folder of the trainer's "
-                "scripts/process_dataset.py (with latents/ and conditions/)"
-            )
-        missing = [d for d in _data_dirs(rt) if not (path / d).is_dir()]
-        if missing:
-            raise UsageError(
-                f"{flag} {path}: missing {', '.join(d + '/' for d in missing)}, which the config's "
-                "training_strategy reads; preprocess the dataset for this config (scripts/process_dataset.py) "
-                "or point --data at its output"
-            )
-    elif name == "output_dir" and path.exists() and not path.is_dir():
-        raise UsageError(f"{flag} {path}: a file is in the way; the trainer needs a directory there")
-
-
-def _data_dirs(rt: RoundTripConfig) -> list[str]:
-    """The subfolders of the preprocessed data that the config's training strategy reads."""
-    dirs = ["conditions"]
-    strategy = rt.get("training_strategy") or {}
-    for modality in ("video", "audio"):
-        section = strategy.get(modality) if isinstance(strategy, Mapping) else None
-        if not isinstance(section, Mapping):
-            continue
-        if section.get("latents_dir"):
-            dirs.append(str(section["latents_dir"]))
-        for cond in section.get("conditions") or []:
-            if isinstance(cond, Mapping):
-                dirs.extend(str(cond[k]) for k in ("latents_dir", "mask_dir") if cond.get(k))
-    if len(dirs) == 1:  # a legacy strategy: its default layout
-        dirs.append("latents")
-    return list(dict.fromkeys(dirs))
-
-
-def _batch_and_launch(plan: Plan, rt: RoundTripConfig) -> None:
+def _batch_and_launch(plan: Plan, rt: RoundTripConfig, adapter: type[TrainerAdapter]) -> None:
     """Effective batch kept over several GPUs by lowering grad accumulation; the launch line."""
     for dotted, default in LTX2_CODE_DEFAULTS.items():
         if not rt.has(dotted):
@@ -555,8 +357,8 @@ def _batch_and_launch(plan: Plan, rt: RoundTripConfig) -> None:
     n = plan.num_gpus
     plan.batch_size, plan.target_effective_batch = bs, bs * ga
     full = rt.get("model.training_mode") == "full"
-    if plan.trainer == "reference" and n > 1:
-        plan.warnings.append(f"the built-in reference trainer runs on one device; planning 1 GPU, not {n}")
+    if adapter.single_device and n > 1:
+        plan.warnings.append(f"{adapter.label} runs on one device; planning 1 GPU, not {n}")
         n = plan.num_gpus = 1
     if n > 1:
         if ga % n == 0:
@@ -586,26 +388,25 @@ def _batch_and_launch(plan: Plan, rt: RoundTripConfig) -> None:
 
 
 def _launch(plan: Plan, n: int, full: bool) -> LaunchPlan:
-    config = str(plan.output_path) if plan.output_path else "PLAN.yaml"
-    if plan.trainer == "reference":
-        return LaunchPlan(
-            1, "single", f"python -m trials.reference {shlex.quote(config)} --disable-progress-bars", None
-        )
+    """How the planned config trains: the adapter's own launch line (what a trial runs), with the
+    accelerate config the plan chose for several GPUs, run from the trainer package when known."""
+    config = plan.output_path or Path("PLAN.yaml")
     pkg = plan.package_dir
+    mode, acc = "single", None
+    if n > 1:
+        mode = "fsdp" if full else "ddp"
+        acc = f"configs/accelerate/{mode}.yaml"
+        if pkg is not None and not (pkg / acc).is_file():
+            plan.warnings.append(
+                f"{pkg / acc} is missing from the checkout; accelerate will use its own defaults"
+            )
+            acc = None
+    adapter = get_adapter(plan.trainer, accelerate_config=acc or "none")
+    argv = adapter.launch_argv(
+        Baseline(trainer=plan.trainer, text="", data={}, num_gpus=n), config, progress_bars=False
+    )
     cd = f"cd {shlex.quote(str(pkg))} && " if pkg else ""
-    tail = f"scripts/train.py {shlex.quote(config)} --disable-progress-bars"
-    if n == 1:
-        return LaunchPlan(1, "single", f"{cd}uv run python {tail}", pkg)
-    mode = "fsdp" if full else "ddp"
-    acc = f"configs/accelerate/{mode}.yaml"
-    if pkg is not None and not (pkg / acc).is_file():
-        plan.warnings.append(
-            f"{pkg / acc} is missing from the checkout; accelerate will use its own defaults"
-        )
-        cmd = f"{cd}uv run accelerate launch --multi_gpu --num_processes {n} {tail}"
-        return LaunchPlan(n, mode, cmd, pkg, None)
-    cmd = f"{cd}uv run accelerate launch --config_file {acc} --num_processes {n} {tail}"
-    return LaunchPlan(n, mode, cmd, pkg, acc)
+    return LaunchPlan(n, mode, cd + shlex.join(argv), pkg, acc)
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -613,15 +414,6 @@ def _launch(plan: Plan, n: int, full: bool) -> LaunchPlan:
 
 def _read(path: Path) -> str:
     return read_config_text(path)
-
-
-def _abs(path: Path, cwd: Path) -> Path:
-    p = path.expanduser()
-    return (p if p.is_absolute() else cwd / p).resolve()
-
-
-def _yaml_name(name: str) -> str:
-    return name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
 
 
 def _int(value: Any, default: int) -> int:

@@ -19,7 +19,11 @@ Knob files (``configs/knobs/<trainer>.yaml``) look like::
         values: [true, false]
     fidelity: {quantization: none, optimizer: adamw}
 
-Study params use the knob names; the string ``none`` stands for YAML null.
+Study params use the knob names; the string ``none`` stands for YAML null
+(``to_study_value`` / ``from_study_value``: the one place that spells that rule).
+
+Pure: the knob file is read by ``autotune.config.knobs``, which hands the parsed
+mapping to ``Space.from_mapping``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Union
 
 from autotune.config.yamlconf import load_yaml
@@ -39,8 +42,28 @@ ParamValue = Union[str, bool, int]  # noqa: UP007 (a runtime alias: py3.10 needs
 NONE = "none"
 
 
+def to_study_value(value: Any) -> Any:
+    """A knob value as the study stores it: YAML null is the string ``none``."""
+    return NONE if value is None else value
+
+
+def from_study_value(value: Any) -> Any:
+    """The inverse of ``to_study_value``: the study's ``none`` back to YAML null."""
+    return None if value == NONE else value
+
+
+def same_param(a: Any, b: Any) -> bool:
+    """Param equality where ``None`` and ``"none"`` are one value (YAML null in the study)."""
+    return bool(to_study_value(a) == to_study_value(b))
+
+
+def fidelity_score(params: Mapping[str, Any], fidelity: Mapping[str, Any]) -> int:
+    """How many knobs sit at their preferred (higher-fidelity) value: near-ties go to the higher."""
+    return sum(1 for name, value in fidelity.items() if name in params and same_param(params[name], value))
+
+
 def normalize_value(value: Any) -> ParamValue:
-    """The study's spelling of a knob value: YAML null becomes the string ``none``."""
+    """The study's spelling of a knob value, validated: YAML null becomes the string ``none``."""
     if value is None:
         return NONE
     if isinstance(value, (bool, int, str)):
@@ -190,22 +213,22 @@ class Space:
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_knob_file(cls, path: Path | str, *, max_batch_size: int, allow_extra_savers: bool) -> Space:
-        """Read ``configs/knobs/<trainer>.yaml``; errors name the file and the knob."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read knob file {path}: {exc.strerror or exc}") from None
-        return cls.from_text(
-            text, source=str(path), max_batch_size=max_batch_size, allow_extra_savers=allow_extra_savers
-        )
-
-    @classmethod
     def from_text(
         cls, text: str, *, source: str = "<knobs>", max_batch_size: int, allow_extra_savers: bool
     ) -> Space:
-        data = load_yaml(text, source)
+        """A knob file's text (parsed with the safe loader); errors name ``source`` and the knob."""
+        return cls.from_mapping(
+            load_yaml(text, source),
+            source=source,
+            max_batch_size=max_batch_size,
+            allow_extra_savers=allow_extra_savers,
+        )
+
+    @classmethod
+    def from_mapping(
+        cls, data: Any, *, source: str = "<knobs>", max_batch_size: int, allow_extra_savers: bool
+    ) -> Space:
+        """A parsed knob file (``configs/knobs/<trainer>.yaml``); errors name ``source`` and the knob."""
         if not isinstance(data, dict) or not isinstance(data.get("knobs"), list):
             raise ConfigError(f"{source}: expected a mapping with a 'knobs:' list")
         knobs: list[Knob] = []
@@ -331,8 +354,7 @@ class Space:
 
     def fidelity_score(self, candidate: Candidate) -> int:
         """How many knobs sit at their preferred (higher-fidelity) value: near-ties go to the higher."""
-        p = candidate.params
-        return sum(1 for name, value in self.fidelity.items() if p.get(name) == value)
+        return fidelity_score(candidate.params, self.fidelity)
 
 
 def _int_value(value: Any, where: str) -> int:

@@ -5,7 +5,8 @@ trials), so a resumed sweep asks the same question and gets the same answer.
 
 Definitions the sweep and the report rely on:
 
-- **Fits**: a measured peak at most ``(1 - headroom) * card_gb`` and a finite loss.
+- **Fits**: a measured peak at most ``(1 - headroom) * card_gb`` and a finite loss
+  (``autotune.core.verdict`` decides fit and the winner; this module searches).
 - **Ruled out** (never run): a candidate that needs at least as much memory as a
   measured OOM in every knob (``Space.needs_at_least``), or as a measured run whose
   peak went over the headroom line (the reason says which). Also, after a knob
@@ -41,6 +42,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from autotune.core import verdict
+from autotune.core.record import TrialRecord
 from autotune.core.space import Candidate, ParamValue, Space
 from autotune.core.units import format_gb
 
@@ -85,6 +88,18 @@ class Observation:
     fits: bool | None = None
     spread: float | None = None
 
+    @classmethod
+    def from_record(cls, candidate: Candidate, record: TrialRecord) -> Observation:
+        """A stored trial as the strategy sees it (a running trial has no outcome yet)."""
+        return cls(
+            candidate=candidate,
+            outcome=None if record.state == "running" else (record.outcome or "crash"),
+            samples_per_s=record.samples_per_s,
+            peak_vram_gb=record.get("peak_vram_gb"),
+            fits=record.get("fits"),
+            spread=record.relative_spread,
+        )
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -118,7 +133,7 @@ class Strategy:
         headroom: float,
         *,
         min_gain: float = 0.02,
-        min_noise: float = 0.015,
+        min_noise: float = verdict.MIN_NOISE,
         start_low: bool = True,
         speed_priors: Mapping[str, Mapping[tuple[ParamValue, ParamValue], float]] | None = None,
     ) -> None:
@@ -158,15 +173,12 @@ class Strategy:
 
     @property
     def fit_limit_gb(self) -> float:
-        return (1.0 - self.headroom) * self.card_gb
+        return verdict.fit_limit_gb(self.card_gb, self.headroom)
 
     # -- reading the history -----------------------------------------------------------------
     def _fits(self, obs: Observation) -> bool:
-        if obs.fits is not None:
-            return obs.fits
-        if obs.peak_vram_gb is not None:
-            return obs.peak_vram_gb <= self.fit_limit_gb
-        return True  # it ran to the end and nobody measured more: no evidence against
+        # Unknown fit (no peak, none recorded): it ran to the end and nobody measured more.
+        return verdict.judge_fit(obs.fits, obs.peak_vram_gb, self.fit_limit_gb) is not False
 
     def _read(self, history: Sequence[Observation]) -> _Knowledge:
         k = _Knowledge()
@@ -289,16 +301,14 @@ class Strategy:
             return None
         return Observation(point.candidate, "ok", point.samples_per_s, point.peak, True, point.spread)
 
-    def _tie(self, a: _Point, b: _Point) -> float:
-        return max(a.spread, b.spread, self.min_noise)
-
     def _best(self, k: _Knowledge) -> _Point | None:
-        fitting = [p for c, p in k.points.items() if p.fits and c not in k.nan]
-        if not fitting:
-            return None
-        top = max(fitting, key=lambda p: (p.samples_per_s, self.space.fidelity_score(p.candidate)))
-        near = [p for p in fitting if p.samples_per_s >= top.samples_per_s * (1.0 - self._tie(top, p))]
-        return max(near, key=lambda p: (self.space.fidelity_score(p.candidate), p.samples_per_s))
+        pool = [
+            verdict.Contender(p, p.samples_per_s, p.spread, self.space.fidelity_score(c), i)
+            for i, (c, p) in enumerate(k.points.items())
+            if p.fits and c not in k.nan
+        ]
+        best = verdict.winner(pool, self.min_noise)
+        return best.item if best is not None else None
 
     # -- speed upper bounds ----------------------------------------------------------------
     def _margin(self, p: _Point) -> float:

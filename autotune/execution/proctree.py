@@ -6,20 +6,60 @@ cast: the group, the process tree (sampled while the trial runs, so a
 grandchild seen once is remembered), and a mark in the environment
 (``AUTOTUNE_TRIAL_MARK``) that every descendant inherits and that can be read
 back from ``/proc`` even after the orchestrator itself died (resume).
+
+This is the only module that ends processes: the runner ends a running trial through a
+``ProcessTree``, and a resume (``autotune.store.recovery``) ends what a dead sweep left
+with ``kill_tree``. The trial's ``process.json`` (pid, mark, start) is written and read here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
+#: The one environment mark of a trial's processes: every descendant inherits it.
 MARK_VAR = "AUTOTUNE_TRIAL_MARK"
+#: The file in the trial folder that says which processes are the trial's.
+PROCESS_FILE = "process.json"
+#: Seconds two start times of one pid may differ and still be the same process.
+START_TOLERANCE_S = 1.0
+#: Seconds to wait for processes sent SIGKILL to be gone.
+KILL_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """What ``process.json`` says: the trial's first process, its mark, and when it started."""
+
+    pid: int
+    mark: str
+    started_at: float
+
+
+def write_process_file(trial_dir: Path, record: ProcessRecord) -> None:
+    """Write ``process.json`` as soon as the trial's process exists, for ending orphans on resume."""
+    (Path(trial_dir) / PROCESS_FILE).write_text(
+        json.dumps({"pid": record.pid, "mark": record.mark, "started_at": record.started_at}) + "\n",
+        encoding="utf-8",
+    )
+
+
+def read_process_file(trial_dir: Path) -> ProcessRecord | None:
+    """The trial's ``process.json``; ``None`` when there is none or it is incomplete."""
+    try:
+        info = json.loads((Path(trial_dir) / PROCESS_FILE).read_text(encoding="utf-8"))
+        return ProcessRecord(int(info["pid"]), str(info["mark"]), float(info["started_at"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def is_alive(proc: psutil.Process) -> bool:
@@ -119,51 +159,79 @@ class ProcessTree:
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 proc.send_signal(sig)
 
+    def signal_new(self, sig: int, done: set[int]) -> None:
+        """Send ``sig`` to every live known process whose pid is not in ``done``, and add it there
+        (a process found after the group was signalled gets its turn, once)."""
+        for proc in self.alive():
+            if proc.pid not in done:
+                done.add(proc.pid)
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    proc.send_signal(sig)
+
 
 def kill_tree(
-    pid: int | None,
+    pid: int | None = None,
     *,
     mark: str | None = None,
     grace_s: float = 5.0,
     started_at: float | None = None,
+    pid_started: float | None = None,
+    pgid: int | None = None,
 ) -> list[int]:
     """End a trial's processes: SIGTERM, up to ``grace_s``, then SIGKILL. Returns the pids ended.
 
-    For resume after the orchestrator died. With ``mark`` (from the trial's
-    ``process.json``) only processes carrying it are touched, so a reused pid is
-    safe; without it, ``pid``'s tree and group are ended.
+    For resume after the orchestrator died. Only what is surely the trial's is touched:
+    processes carrying ``mark`` (started after ``started_at``, less a second), and ``pid`` with
+    its tree and group (``pgid``, default ``pid``) when ``pid`` is trusted: its start time
+    matches ``pid_started``, or, with neither ``pid_started`` nor ``mark`` known, always (a pid
+    reused since is then at risk; a mark makes it safe).
     """
     procs: dict[int, psutil.Process] = {}
+    group: int | None = None
+    if pid is not None and (pid_started is not None or not mark):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            root = psutil.Process(pid)
+            if pid_started is None or abs(root.create_time() - pid_started) < START_TOLERANCE_S:
+                procs[pid] = root
+                for c in root.children(recursive=True):
+                    procs[c.pid] = c
+        if pid in procs or pid_started is None:
+            group = pgid if pgid is not None and pgid in procs else pid
+            for p in marked_processes(None, pgid=group):
+                procs.setdefault(p.pid, p)
     if mark:
         for p in marked_processes(mark, created_after=(started_at - 1.0) if started_at else 0.0):
             procs[p.pid] = p
-    elif pid is not None:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            root = psutil.Process(pid)
-            procs[pid] = root
-            for c in root.children(recursive=True):
-                procs[c.pid] = c
     for p in list(procs.values()):
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             for c in p.children(recursive=True):
                 procs.setdefault(c.pid, c)
+    procs.pop(os.getpid(), None)
     targets = [p for p in procs.values() if is_alive(p)]
-    if not mark and pid is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
+    _send_group(group, signal.SIGTERM)
     _send(targets, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while (left := [p for p in targets if is_alive(p)]) and time.monotonic() < deadline:
         psutil.wait_procs(left, timeout=0.1)
     left = [p for p in targets if is_alive(p)]
-    if not mark and pid is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
+    _send_group(group, signal.SIGKILL)
     _send(left, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + KILL_WAIT_S
     while (left := [p for p in left if is_alive(p)]) and time.monotonic() < deadline:
         psutil.wait_procs(left, timeout=0.1)
     return sorted(p.pid for p in targets)
+
+
+def end_orphaned_trial(trial_dir: Path, *, grace_s: float = 5.0) -> list[int]:
+    """End whatever is left of a trial whose orchestrator died (resume); returns the pids ended.
+
+    Reads the trial's ``process.json``; only processes that carry its environment
+    mark are touched, so a pid reused since then is safe. No file: nothing to end.
+    """
+    record = read_process_file(trial_dir)
+    if record is None:
+        return []
+    return kill_tree(record.pid, mark=record.mark, grace_s=grace_s, started_at=record.started_at)
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -190,3 +258,9 @@ def _send(procs: Iterable[psutil.Process], sig: int) -> None:
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             p.send_signal(sig)
+
+
+def _send_group(pgid: int | None, sig: int) -> None:
+    if pgid is not None and pgid != os.getpgrp():  # never our own group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)

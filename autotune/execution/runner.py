@@ -30,13 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import psutil
-
 from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
-from autotune.errors import AutotuneError
+from autotune.errors import LaunchError, TrialOutputError
 from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.execution.monitor import ResourceMonitor
-from autotune.execution.proctree import MARK_VAR, ProcessTree, kill_tree
+from autotune.execution.proctree import MARK_VAR, ProcessRecord, ProcessTree, write_process_file
 
 TAIL_BYTES = 256 * 1024  # kept in memory for classification
 NOTABLE_LINES = 40  # outcome-deciding lines kept even when they scroll out of the tail
@@ -50,23 +48,6 @@ DRAIN_S = 2.0  # after every process is gone, how long to wait for the pipes to 
 
 _ANY_OOM = re.compile(ANY_OOM_SOURCE.encode(), re.M)
 _NOTABLE = re.compile(NOTABLE_SOURCE.encode(), re.M)
-
-
-class LaunchError(AutotuneError):
-    """The trial command could not be started at all (missing program, bad cwd)."""
-
-
-class TrialOutputError(AutotuneError):
-    """The trial folder could not be written (disk full, read-only, gone); the trial was ended.
-
-    Not the candidate's fault: the sweep records the trial ``interrupted`` so that a
-    resume, once there is room, runs it again.
-    """
-
-    def __init__(self, message: str, path: Path, errno: int | None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.errno = errno
 
 
 @dataclass(frozen=True)
@@ -158,21 +139,6 @@ def output_error(exc: OSError, trial_dir: Path) -> TrialOutputError:
     )
 
 
-def end_orphaned_trial(trial_dir: Path, *, grace_s: float = 5.0) -> list[int]:
-    """End whatever is left of a trial whose orchestrator died (resume); returns the pids ended.
-
-    Reads the trial's ``process.json``; only processes that carry its environment
-    mark are touched, so a pid reused since then is safe. No file: nothing to end.
-    """
-    path = Path(trial_dir) / "process.json"
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-        pid, mark, started = int(info["pid"]), str(info["mark"]), float(info["started_at"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-    return kill_tree(pid, mark=mark, grace_s=grace_s, started_at=started)
-
-
 class _Stream:
     def __init__(self, name: str, pipe: IO[bytes], log: IO[bytes]) -> None:
         self.name = name
@@ -209,7 +175,8 @@ class _Trial:
     # --- the whole run ---------------------------------------------------------------------------
     def run(self) -> RunResult:
         self.dir.mkdir(parents=True, exist_ok=True)
-        mark = uuid.uuid4().hex
+        # The caller's mark (the sweep records it on the trial) or a fresh one: the trial's only mark.
+        mark = self.spec.env.get(MARK_VAR) or uuid.uuid4().hex
         (self.dir / "command.sh").write_text(
             "#!/bin/sh\n# The trial's command as autotune ran it (secrets redacted).\n"
             + self.spec.shell_command()
@@ -242,10 +209,7 @@ class _Trial:
                 ) from exc
             t0 = time.monotonic()
             self.last_output = t0
-            (self.dir / "process.json").write_text(
-                json.dumps({"pid": proc.pid, "mark": mark, "started_at": started_wall}) + "\n",
-                encoding="utf-8",
-            )
+            write_process_file(self.dir, ProcessRecord(proc.pid, mark, started_wall))
             tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall)
             assert proc.stdout is not None and proc.stderr is not None
             streams = [_Stream("stdout", proc.stdout, out_log), _Stream("stderr", proc.stderr, err_log)]
@@ -435,11 +399,7 @@ class _Trial:
             tree.signal_all(_signal.SIGTERM)
             self.termed.update(p.pid for p in tree.alive())
         else:  # found since the SIGTERM (a setsid grandchild seen once its parent died): its turn
-            for p in tree.alive():
-                if p.pid not in self.termed:
-                    self.termed.add(p.pid)
-                    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                        p.send_signal(_signal.SIGTERM)
+            tree.signal_new(_signal.SIGTERM, self.termed)
         assert self.kill_at is not None
         if now >= self.kill_at:
             if self.killed_at is None:

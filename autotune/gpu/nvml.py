@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from autotune.errors import NvmlUnavailable
+
 GIB = 1024**3
-
-
-class NvmlUnavailable(Exception):
-    """NVML cannot be used here (no library, no driver, no GPU); ``str()`` says why."""
 
 
 @dataclass(frozen=True)

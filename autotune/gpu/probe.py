@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.gpu.nvml import GIB, DeviceInfo, Nvml, NvmlUnavailable, open_nvml
+from autotune.errors import NvmlUnavailable
+from autotune.gpu.nvml import GIB, DeviceInfo, Nvml, open_nvml
 from autotune.gpu.tiers import TierInfo, classify
 
 ADVICE_NO_GPU = (

@@ -14,48 +14,60 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from autotune.config.knobs import trainer_fidelity
+from autotune.core import verdict
+from autotune.core.record import TrialRecord
 from autotune.core.units import format_duration, format_gb
+from autotune.report.model import knob_names
 from autotune.store import study as st
+from autotune.store import urls
+from autotune.store.identity import ProcessIdentity
+from autotune.store.storage import open_storage
 
 
 def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> dict[str, Any]:
     """Everything the status view shows, as plain data (``--json`` prints it as is)."""
-    url = storage or st.default_storage_url(workdir or st.DEFAULT_WORKDIR)
-    s = st.SweepStudy.load(st.open_storage(url, create=False), study)
+    url = storage or urls.default_storage_url(workdir or urls.DEFAULT_WORKDIR)
+    s = st.SweepStudy.load(open_storage(url, create=False), study)
     attrs = s.user_attrs
     settings = attrs.get("settings") or {}
     trials = s.trials()
+    records = [TrialRecord.from_trial(t) for t in trials]
     now = dt.datetime.now()
-    outcomes = Counter(str(t.user_attrs.get("outcome", "?")) for t in trials if t.state.is_finished())
+    outcomes = Counter(
+        str(r.outcome if r.outcome is not None else "?")
+        for t, r in zip(trials, records, strict=True)
+        if t.state.is_finished()
+    )
     running = []
-    for t in trials:
+    for t, r in zip(trials, records, strict=True):
         if t.state != TrialState.RUNNING:
             continue
-        owner = st.Orchestrator.from_attrs(t.user_attrs)
+        owner = ProcessIdentity.from_attrs(t.user_attrs)
         running.append(
             {
                 "number": t.number,
                 "params": dict(t.params),
-                "role": t.user_attrs.get("role"),
+                "role": r.get("role"),
                 "elapsed_s": (now - t.datetime_start).total_seconds() if t.datetime_start else None,
                 "orchestrator_pid": owner.pid if owner else None,
                 "orchestrator_alive": owner.alive() if owner else False,
-                "trial_dir": t.user_attrs.get("trial_dir"),
+                "trial_dir": r.get("trial_dir"),
             }
         )
-    ok = [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE
-        and t.user_attrs.get("fits") is not False
-        and isinstance(t.user_attrs.get("samples_per_s"), (int, float))
-    ]
+    by_number = {r.number: r for r in records}
     best_no = attrs.get("best_trial")
-    best = next((t for t in trials if t.number == best_no), None) if isinstance(best_no, int) else None
-    if best is None and ok:
-        best = max(ok, key=lambda t: t.user_attrs["samples_per_s"])
+    best = by_number.get(best_no) if isinstance(best_no, int) else None
+    if best is None:  # the sweep has not picked yet: the same rule as the sweep and the report
+        best, _ = verdict.pick_winner(
+            (r for r in records if r.state == "complete"),
+            trainer_fidelity(
+                str(settings.get("trainer")), knob_names(settings, attrs.get("baseline_params") or {})
+            ),
+            _limit_gb(settings),
+        )
     base_no = attrs.get("baseline_trial")
-    base = next((t for t in trials if t.number == base_no), None) if isinstance(base_no, int) else None
+    base = by_number.get(base_no) if isinstance(base_no, int) else None
     study_dir = Path(attrs["workdir"]) / s.name if attrs.get("workdir") else None
     report = study_dir / "report.md" if study_dir and (study_dir / "report.md").is_file() else None
     return {
@@ -78,17 +90,26 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
     }
 
 
-def _brief(t: Any) -> dict[str, Any] | None:
-    if t is None:
+def _limit_gb(settings: Any) -> float | None:
+    """The headroom line of the study's card, when its settings say both."""
+    card = settings.get("card") if isinstance(settings, dict) else None
+    gb = card.get("vram_gb") if isinstance(card, dict) else None
+    headroom = settings.get("headroom") if isinstance(settings, dict) else None
+    if not isinstance(gb, (int, float)):
         return None
-    a = t.user_attrs
+    return verdict.fit_limit_gb(float(gb), float(headroom) if isinstance(headroom, (int, float)) else 0.0)
+
+
+def _brief(r: TrialRecord | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
     return {
-        "number": t.number,
-        "params": dict(t.params),
-        "outcome": a.get("outcome"),
-        "samples_per_s": a.get("samples_per_s"),
-        "peak_vram_gb": a.get("peak_vram_gb"),
-        "fits": a.get("fits"),
+        "number": r.number,
+        "params": dict(r.params),
+        "outcome": r.get("outcome"),
+        "samples_per_s": r.get("samples_per_s"),
+        "peak_vram_gb": r.get("peak_vram_gb"),
+        "fits": r.get("fits"),
     }
 
 

@@ -27,21 +27,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import psutil
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from autotune.errors import StorageError
+from autotune.store.identity import ProcessIdentity, process_runs
 
 TABLE_NAME = "autotune_claims"
 #: Claim states. ``stale``: taken from a dead worker, its trial maybe not failed yet (the reaper
@@ -89,53 +86,6 @@ def db_now(dialect: str) -> sa.ColumnElement[float]:
     return sa.literal(time.time(), sa.Float)  # unknown dialect: this machine's clock
 
 
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "no-boot-id:" + socket.gethostname()
-
-
-def _pid_namespace() -> str:
-    try:
-        return str(os.stat("/proc/self/ns/pid").st_ino)
-    except OSError:
-        return "no-pidns"
-
-
-def _started(pid: int) -> float:
-    return round(psutil.Process(pid).create_time(), 3)
-
-
-@dataclass(frozen=True)
-class WorkerIdentity:
-    """Who holds a claim. ``place`` is a pid space: same place, so its pids can be checked here."""
-
-    name: str
-    place: str
-    pid: int
-    pid_started: float
-
-    @classmethod
-    def current(cls, label: str = "") -> WorkerIdentity:
-        pid = os.getpid()
-        name = f"{socket.gethostname()} pid {pid}" + (f" {label}" if label else "")
-        return cls(name=name, place=f"{_boot_id()}/{_pid_namespace()}", pid=pid, pid_started=_started(pid))
-
-
-def process_is_gone(pid: int, started: float) -> bool:
-    """True when ``pid`` is not the process that started at ``started`` (dead, a zombie, or reused)."""
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return True
-        return abs(round(proc.create_time(), 3) - started) > 0.01
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return True
-    except psutil.AccessDenied:
-        return False
-
-
 @dataclass(frozen=True)
 class Claim:
     """A claim this worker holds; pass it back to renew, attach and finish."""
@@ -167,6 +117,11 @@ class ClaimRow:
     claimed_at: float
     heartbeat_at: float
 
+    @property
+    def holder(self) -> ProcessIdentity:
+        """The worker that holds the claim (its host is in its name only)."""
+        return ProcessIdentity(self.pid, "", self.pid_started, place=self.place, name=self.worker)
+
 
 def _row(r: Any) -> ClaimRow:
     return ClaimRow(
@@ -187,23 +142,13 @@ def _row(r: Any) -> ClaimRow:
     )
 
 
-def sqlite_timeout_engine(url: str) -> Engine:
-    """An engine for ``url`` that waits for SQLite's write lock instead of failing at once."""
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": 60}
-    else:
-        kwargs["pool_pre_ping"] = True
-    return sa.create_engine(url, **kwargs)
-
-
 @dataclass
 class ClaimBook:
     """The claims of one study, as seen by one worker."""
 
     engine: Engine
     study_id: int
-    worker: WorkerIdentity = field(default_factory=WorkerIdentity.current)
+    worker: ProcessIdentity = field(default_factory=ProcessIdentity.current)
     lease_s: float = 60.0
 
     def __post_init__(self) -> None:
@@ -243,7 +188,7 @@ class ClaimBook:
                         worker=w.name[:255],
                         place=w.place[:128],
                         pid=w.pid,
-                        pid_started=w.pid_started,
+                        pid_started=w.started,
                         trial_id=None,
                         state=RUNNING,
                         lease_s=self.lease_s,
@@ -324,7 +269,7 @@ class ClaimBook:
         now, rows = self._in_flight_at()
         taken = []
         for r in rows:
-            gone_here = r.place == self.worker.place and process_is_gone(r.pid, r.pid_started)
+            gone_here = r.holder.same_machine(self.worker) and not process_runs(r.pid, r.pid_started)
             if not gone_here and r.heartbeat_at >= now - r.lease_s:
                 continue
             where = sa.and_(self._pk(r.key, r.seen), c.token == r.token, c.state == RUNNING)

@@ -36,12 +36,28 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome
+from autotune.core.record import TrialRecord
 from autotune.core.units import format_duration, format_gb
-from autotune.errors import AutotuneError, BaselineFailedError, ConfigError, UsageError
+from autotune.core.verdict import fits, judged_peak, pick_winner, samples_per_s
+from autotune.errors import (
+    AutotuneError,
+    BaselineFailedError,
+    CandidateRefused,
+    ConfigError,
+    NvmlUnavailable,
+    SweepInterrupted,
+    TrialOutputError,
+    UsageError,
+)
 from autotune.execution.launch import LaunchSpec
-from autotune.execution.runner import TrialOutputError, output_error
-from autotune.gpu.nvml import GIB, Nvml, NvmlUnavailable, open_nvml
+from autotune.execution.proctree import MARK_VAR
+from autotune.execution.runner import output_error
+from autotune.gpu.nvml import GIB, Nvml, open_nvml
 from autotune.store import study as st
+from autotune.store import urls
+from autotune.store.identity import ProcessIdentity
+from autotune.store.recovery import is_interrupted
+from autotune.store.storage import open_storage
 from autotune.sweep.defaults import (
     DEFAULT_HEADROOM,
     DEFAULT_MAX_BATCH_SIZE,
@@ -64,12 +80,6 @@ DEMO_STALL_TIMEOUT_S = 120.0  # the reference trainer prints every 20 steps: a 1
 DEMO_BUDGET_S = 150.0  # trial time: the demo ends in about 3 minutes even on a slow laptop
 
 
-class SweepInterrupted(AutotuneError):
-    """Ctrl-C or SIGTERM: the running trial was ended and recorded ``interrupted``."""
-
-    exit_code = 130
-
-
 @dataclass
 class SweepOptions:
     """Everything a sweep is run with (the CLI's flags, resolved)."""
@@ -78,7 +88,7 @@ class SweepOptions:
     config: Path | None = None
     study: str | None = None
     storage: str | None = None
-    workdir: Path = st.DEFAULT_WORKDIR
+    workdir: Path = urls.DEFAULT_WORKDIR
     vram_gb: float | None = None
     steps: int | None = None
     budget_s: float | None = None
@@ -156,27 +166,6 @@ def accumulation_for(batch_size: int, target_effective: int, num_gpus: int = 1) 
     per_step = max(1, batch_size) * max(1, num_gpus)
     ga = max(1, target_effective // per_step)
     return ga, per_step * ga
-
-
-def samples_per_s(metrics: TrialMetrics, effective_batch: int) -> float | None:
-    """Throughput: the trainer's own figure, else samples per optimizer step over the step time."""
-    if metrics.samples_per_s is not None and metrics.samples_per_s > 0:
-        return float(metrics.samples_per_s)
-    if metrics.step_time_s is not None and metrics.step_time_s > 0:
-        return effective_batch / metrics.step_time_s
-    return None
-
-
-def judged_peak(metrics: TrialMetrics) -> float | None:
-    """The peak VRAM that fit is judged on: the larger of the trainer's and ours (either may miss peaks)."""
-    peaks = [p for p in (metrics.trainer_peak_vram_gb, metrics.measured_peak_vram_gb) if p is not None]
-    return max(peaks) if peaks else None
-
-
-def fits(peak_gb: float | None, card_gb: float, headroom: float) -> bool | None:
-    if peak_gb is None:
-        return None
-    return peak_gb <= (1.0 - headroom) * card_gb + 1e-9
 
 
 def label(params: Mapping[str, Any]) -> str:
@@ -313,9 +302,11 @@ class Sweep:
     def _run(self) -> SweepResult:
         opts = self.opts
         workdir = opts.workdir.expanduser().resolve()
-        storage_url = st.check_storage_url(opts.storage or st.default_storage_url(workdir))
+        storage_url = urls.check_storage_url(opts.storage or urls.default_storage_url(workdir))
         study_name = st.validate_study_name(opts.study or default_study_name(opts))
 
+        from autotune.config.knobs import knob_path as knob_file_path
+        from autotune.config.knobs import read_knob_file
         from autotune.core.space import Space
         from autotune.core.strategy import Strategy
         from autotune.trainers import get_adapter
@@ -337,18 +328,22 @@ class Sweep:
         num_gpus = max(1, int(getattr(baseline, "num_gpus", 1) or 1))
         target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
         max_bs = opts.max_batch_size or DEFAULT_MAX_BATCH_SIZE
-        limit = adapter.max_batch_size(baseline) if hasattr(adapter, "max_batch_size") else None
+        limit = adapter.max_batch_size(baseline)
         if limit is not None:
             max_bs = min(max_bs, int(limit))
         if opts.keep_effective_batch:
             max_bs = min(max_bs, max(1, target_effective // num_gpus))
         max_bs = max(max_bs, int(base_params.get("batch_size", 1)))
 
-        knob_path = opts.knob_file or _knob_path(adapter.knob_file)
-        space = Space.from_knob_file(
-            knob_path, max_batch_size=max_bs, allow_extra_savers=opts.allow_extra_savers
+        knob_path = opts.knob_file or knob_file_path(adapter.knob_file)
+        knob_data = read_knob_file(knob_path)
+        space = Space.from_mapping(
+            knob_data,
+            source=str(knob_path),
+            max_batch_size=max_bs,
+            allow_extra_savers=opts.allow_extra_savers,
         )
-        knobs = st.knob_defs(_read_yaml(knob_path))
+        knobs = st.knob_defs(knob_data)
         dists = st.distributions(knobs, max_bs)
         base_cand = space.candidate(base_params)
         strategy = Strategy(space, base_cand, card.vram_gb, opts.headroom)
@@ -376,9 +371,9 @@ class Sweep:
             # How the trainer is launched (--cmd's template, --trainer-dir): part of what the sweep is.
             "trainer_options": {k: str(v) for k, v in sorted(options.items())},
         }
-        storage = st.open_storage(storage_url)
+        storage = open_storage(storage_url)
         self.study = study = self._open_study(storage, study_name, settings, workdir)
-        me = st.Orchestrator.me()
+        me = ProcessIdentity.current()
         study.check_not_running_elsewhere(me)
         study.claim(me)
         for rec in study.recover_stale(me):
@@ -462,7 +457,7 @@ class Sweep:
         if not isinstance(number, int):
             return None
         trial = self.study.trial(number)
-        if trial.state == TrialState.RUNNING or st.is_interrupted(trial):
+        if trial.state == TrialState.RUNNING or is_interrupted(trial):
             return None  # it never finished: run the baseline again
         return number
 
@@ -518,7 +513,7 @@ class Sweep:
 
         out = []
         for t in self.study.trials():
-            if st.is_interrupted(t) or (t.user_attrs.get("role") == "confirm" and not include_confirm):
+            if is_interrupted(t) or (t.user_attrs.get("role") == "confirm" and not include_confirm):
                 continue
             if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING):
                 continue
@@ -559,7 +554,7 @@ class Sweep:
         bs = int(params.get(ctx.space.batch_knob or "batch_size", 1)) if ctx.space.batch_knob else 1
         ga, effective = accumulation_for(bs, ctx.target_effective, ctx.num_gpus)
         tag = uuid.uuid4().hex
-        me = st.Orchestrator.me()
+        me = ProcessIdentity.current()
         attrs: dict[str, Any] = {
             **me.as_attrs(),
             "role": role,
@@ -592,11 +587,11 @@ class Sweep:
             )
         except TrialOutputError as exc:
             self._stop_for_output_error(trial, attrs_end, exc)
-        except ConfigError as exc:
+        except (CandidateRefused, ConfigError) as exc:
             attrs_end.update({"outcome": Outcome.CONFIG_ERROR.value, "reason": _one_line(str(exc))})
             self.progress.trial_finished(trial.number, f"config_error: {_one_line(str(exc))}")
             return study.finish_trial(trial, attrs_end, None)
-        spec = replace(spec, env={**spec.env, st.TRIAL_TAG_ENV: tag, **self._trial_env()})
+        spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self._trial_env()})
         attrs_end["command"] = spec.shell_command()
         study.set_trial_attrs(trial, {"command": attrs_end["command"], "trial_dir": str(trial_dir)})
 
@@ -739,7 +734,7 @@ class Sweep:
             attrs["headroom_gb"] = round(card_gb - peak, 4)
         if attrs["outcome"] == Outcome.OK.value:
             attrs["fits"] = fits(peak, card_gb, headroom)
-        if outcome == Outcome.OOM and hasattr(oc, "parse_oom"):
+        if outcome == Outcome.OOM:
             details = oc.parse_oom(output)
             if details is not None:
                 for key, value in (
@@ -783,7 +778,7 @@ class Sweep:
         walls = [
             float(t.user_attrs["wall_s"])
             for t in self.study.trials((TrialState.COMPLETE, TrialState.FAIL))
-            if isinstance(t.user_attrs.get("wall_s"), (int, float)) and not st.is_interrupted(t)
+            if isinstance(t.user_attrs.get("wall_s"), (int, float)) and not is_interrupted(t)
         ]
         return statistics.median(walls) if walls else None
 
@@ -793,13 +788,9 @@ class Sweep:
             self.progress.set_best(f"{best.user_attrs['samples_per_s']:.3g} samples/s (trial {best.number})")
 
     def _fastest_fitting(self) -> FrozenTrial | None:
-        ok = [
-            t
-            for t in self.study.trials((TrialState.COMPLETE,))
-            if t.user_attrs.get("fits") is not False
-            and isinstance(t.user_attrs.get("samples_per_s"), (int, float))
-        ]
-        return max(ok, key=lambda t: t.user_attrs["samples_per_s"]) if ok else None
+        records = [TrialRecord.from_trial(t) for t in self.study.trials((TrialState.COMPLETE,))]
+        best, _ = pick_winner(records, self.ctx.space.fidelity, None)
+        return self.study.trial(best.number) if best is not None else None
 
     def _pick_best(self, strategy: Any) -> int | None:
         """The strategy's winner as a trial number (the latest non-confirm trial of that candidate)."""
@@ -825,7 +816,7 @@ class Sweep:
             done = [
                 c
                 for c in self.study.trials((TrialState.COMPLETE, TrialState.FAIL))
-                if c.user_attrs.get("confirm_of") == number and not st.is_interrupted(c)
+                if c.user_attrs.get("confirm_of") == number and not is_interrupted(c)
             ]
             conf = done[-1] if done else None
             if conf is None:
@@ -884,10 +875,8 @@ class Sweep:
         self.study.set_attr("ruled_out", out)
 
     def _write_reports(self) -> list[Path]:
-        try:
-            from autotune.report.build import write_reports
-        except ImportError:
-            return []
+        from autotune.report.build import write_reports
+
         try:
             written = write_reports(self.study.study, self.ctx.study_dir)
         except AutotuneError as exc:
@@ -955,10 +944,8 @@ class _Context:
 
 def _tier(vram_gb: float) -> str | None:
     """The VRAM tier id (``below-32GB``, ``32GB``, ``40-60GB``, ``80GB+``) of a card size."""
-    try:
-        from autotune.gpu.tiers import classify
-    except ImportError:  # pragma: no cover - shipped with autotune
-        return None
+    from autotune.gpu.tiers import classify
+
     try:
         return str(classify(vram_gb).tier)
     except (ValueError, AutotuneError):
@@ -969,35 +956,13 @@ def _visible_gpus(nvml: Nvml | None) -> list[tuple[int, str, int]]:
     """(NVML index, name, total bytes) of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` kept)."""
     if nvml is None:
         return []
-    try:
-        from autotune.gpu.probe import probe
+    from autotune.gpu.probe import probe
 
+    try:
         result = probe(lambda: nvml)
         return [(g.nvml_index, g.name, g.memory_total_bytes) for g in result.gpus]
-    except ImportError:  # pragma: no cover - shipped with autotune
-        pass
     except Exception:
         return []
-    try:
-        return [(d.index, d.name, d.memory_total_bytes) for d in nvml.devices()]
-    except Exception:
-        return []
-
-
-def _knob_path(name: str) -> Path:
-    from configs import config_file
-
-    path = Path(str(config_file("knobs", name)))
-    if not path.is_file():
-        raise ConfigError(f"the knob file {path} is missing; reinstall autotune")
-    return path
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    from autotune.config.yamlconf import load_yaml_file
-
-    data = load_yaml_file(path)
-    return data if isinstance(data, dict) else {}
 
 
 def _with_emulated_vram(baseline: Any, vram_gb: float) -> Any:

@@ -27,23 +27,38 @@ from typing import Any, TextIO, cast
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.units import format_duration
-from autotune.errors import AutotuneError, StorageError, StudyMismatchError, UsageError
+from autotune.errors import (
+    AutotuneError,
+    ClaimLost,
+    StorageError,
+    StudyMismatchError,
+    SweepInterrupted,
+    UsageError,
+)
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu, probe
+from autotune.store import optuna_private as op
 from autotune.store import study as st
-from autotune.store.claims import Claim, ClaimBook, Heartbeat, WorkerIdentity
-from autotune.store.sqlite import redact_url
-from autotune.store.workers import Reaped, Waiting, attach_or_fail, claim_next, fail_trial, reap_stale
-from autotune.sweep.engine import Sweep, SweepInterrupted, SweepOptions, SweepResult, label
+from autotune.store import urls
+from autotune.store.claims import Claim, ClaimBook, Heartbeat
+from autotune.store.identity import ProcessIdentity
+from autotune.store.recovery import (
+    Reaped,
+    Recovered,
+    end_trial_processes,
+    fail_trial,
+    is_interrupted,
+    reap_stale,
+)
+from autotune.store.storage import open_storage
+from autotune.store.urls import redact_url
+from autotune.store.workers import Waiting, attach_or_fail, claim_next
+from autotune.sweep.engine import Sweep, SweepOptions, SweepResult, label
 from autotune.sweep.parallel import DEFAULT_LEASE_S, LinePrefixer, cards_for_parallel
 
 #: Study user attr with the options the sweep was started with, so ``autotune worker`` needs
 #: only the study's name and database.
 OPTIONS_ATTR = "sweep_options"
-
-
-class ClaimLost(AutotuneError):
-    """This worker was cut off from the database longer than its lease; another took its candidate."""
 
 
 class _FanoutEvent(threading.Event):
@@ -81,42 +96,42 @@ class ClaimedStudy(st.SweepStudy):
 
     concludes = True  # False for ``autotune worker``
 
-    def check_not_running_elsewhere(self, me: st.Orchestrator) -> None:
+    def check_not_running_elsewhere(self, me: ProcessIdentity) -> None:
         """Workers may join a study anywhere (the claims keep them apart); a second concluding
         sweep of the same study on this machine is still refused, as for any sweep."""
         if self.concludes:
             super().check_not_running_elsewhere(me)
 
-    def claim(self, me: st.Orchestrator) -> None:
+    def claim(self, me: ProcessIdentity) -> None:
         """Only the sweep that concludes the study stands for it (``autotune status``, the check above)."""
         if self.concludes:
             super().claim(me)
 
-    def recover_stale(self, me: st.Orchestrator, *, kill: Any = None) -> list[st.Recovered]:
+    def recover_stale(self, me: ProcessIdentity, *, kill: Any = None) -> list[Recovered]:
         """Fail the trials of dead workers (claims) and of dead unclaimed sweeps on this machine."""
         self.refresh()
         out = [
-            st.Recovered(r.number, r.params, list(r.killed))
+            Recovered(r.number, r.params, list(r.killed))
             for r in reap_stale(self.study, self.book, end_processes=self.end_processes)
         ]
         claimed = {c.trial_id for c in self.book.all_claims()}
         for t in self.trials((TrialState.RUNNING,)):
-            if t._trial_id in claimed:
+            if op.trial_id(t) in claimed:
                 continue
-            owner = st.Orchestrator.from_attrs(t.user_attrs)
+            owner = ProcessIdentity.from_attrs(t.user_attrs)
             if owner is None or owner.alive():
                 continue  # another machine's, or still running: not ours to end
-            killed = st.end_trial_processes(t)
+            killed = end_trial_processes(t)
             if fail_trial(
-                self.study, t._trial_id, "interrupted: the sweep running it stopped; it is run again"
+                self.study, op.trial_id(t), "interrupted: the sweep running it stopped; it is run again"
             ):
-                out.append(st.Recovered(t.number, dict(t.params), killed))
+                out.append(Recovered(t.number, dict(t.params), killed))
         return out
 
     def end_processes(self, trial_id: int) -> list[int]:
         """End what is left of a dead worker's trial on this machine (its trainer has its own
         session, so it outlives the worker and holds the card); the pids ended."""
-        return st.end_trial_processes(self.storage.get_trial(trial_id))
+        return end_trial_processes(self.storage.get_trial(trial_id))
 
     def start_trial(
         self, params: Mapping[str, Any], dists: Mapping[str, Any], attrs: Mapping[str, Any]
@@ -134,7 +149,7 @@ class ClaimedStudy(st.SweepStudy):
                     "moment ago; it is left to that worker"
                 )
         trial = super().start_trial(params, dists, {**attrs, "worker": self.book.worker.name})
-        if not attach_or_fail(self.study, self.book, claim, trial._trial_id):
+        if not attach_or_fail(self.study, self.book, claim, op.trial_id(trial)):
             raise ClaimLost(
                 f"this worker stalled for longer than its lease ({self.book.lease_s:g}s) while starting "
                 f"trial {trial.number}; another worker took the candidate"
@@ -152,7 +167,7 @@ class ClaimedStudy(st.SweepStudy):
             return super().finish_trial(trial, attrs, value)
         if not self.book.renew(claim):  # reaped: the trial was failed and handed on; write nothing
             self.on_lost()
-            return self.storage.get_trial(trial._trial_id)
+            return self.storage.get_trial(op.trial_id(trial))
         # The renewal leaves a whole lease to write the result before anyone may reap it.
         finished = super().finish_trial(trial, attrs, value)
         self.book.finish(claim)
@@ -206,7 +221,7 @@ class SharedSweep(Sweep):
         handle.concludes = self.concludes
         label = f"gpu {self.pin.cuda_index}" if self.pin is not None else ""
         book = ClaimBook(
-            storage.engine, handle._study_id, worker=WorkerIdentity.current(label), lease_s=self.lease_s
+            op.engine(storage), handle.study_id, worker=ProcessIdentity.current(label), lease_s=self.lease_s
         )
         handle.use(book, self._on_lost)
         if OPTIONS_ATTR not in handle.user_attrs:
@@ -366,9 +381,9 @@ class SharedSweep(Sweep):
         assert isinstance(study, ClaimedStudy)
         twin = ClaimedStudy(study.storage, study.study)
         book = ClaimBook(
-            study.storage.engine,
-            study._study_id,
-            worker=WorkerIdentity.current(f"gpu {gpu.cuda_index}"),
+            op.engine(study.storage),
+            study.study_id,
+            worker=ProcessIdentity.current(f"gpu {gpu.cuda_index}"),
             lease_s=self.lease_s,
         )
         w.study = twin.use(book, w._on_lost)
@@ -389,7 +404,7 @@ class SharedSweep(Sweep):
 def _finished_baseline(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
     """The baseline trial once it finished (not interrupted): decided by the trials, not an attr."""
     for t in trials:
-        if t.state.is_finished() and t.user_attrs.get("role") == "baseline" and not st.is_interrupted(t):
+        if t.state.is_finished() and t.user_attrs.get("role") == "baseline" and not is_interrupted(t):
             return t
     return None
 
@@ -472,7 +487,7 @@ def run_worker(
 ) -> SweepResult:
     """``autotune worker``: join a study another ``autotune sweep`` started, on one card or all."""
     st.validate_study_name(study)
-    st.check_storage_url(storage)
+    urls.check_storage_url(storage)
     stored = _wait_for_study(study, storage, wait_s, stream or sys.stderr)
     gpus = visible_gpus(nvml)
     pin: VisibleGpu | None = None
@@ -488,9 +503,9 @@ def run_worker(
     elif gpus:
         cards = cards_for_parallel(gpus)
         pin, siblings = cards[0], cards[1:]
-    default_workdir = Path(str(stored.get("workdir") or st.DEFAULT_WORKDIR))
+    default_workdir = Path(str(stored.get("workdir") or urls.DEFAULT_WORKDIR))
     if workdir is None:
-        workdir = default_workdir if default_workdir.is_dir() else st.DEFAULT_WORKDIR
+        workdir = default_workdir if default_workdir.is_dir() else urls.DEFAULT_WORKDIR
     opts = options_from_attr(stored[OPTIONS_ATTR], study=study, storage=storage, workdir=workdir)
     worker = SharedSweep(
         opts, stream=stream, nvml=nvml, pin=pin, siblings=siblings, lease_s=lease_s, concludes=False
@@ -513,19 +528,19 @@ def _wait_for_study(name: str, url: str, wait_s: float, stream: TextIO) -> dict[
     """
     deadline = time.monotonic() + wait_s
     shown = redact_url(url)
-    path = st.sqlite_path(url)
+    path = urls.sqlite_path(url)
     said = False
     while True:
         try:
             if path is not None and not path.exists():  # the sweep has not created it yet
                 raise StorageError(f"no study database at {path} yet")
-            storage = st.open_storage(url, create=False)
+            storage = open_storage(url, create=False)
             if name in st.study_names(storage):
                 attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
                 if OPTIONS_ATTR in attrs:
-                    storage.engine.dispose()
+                    op.engine(storage).dispose()
                     return dict(attrs)
-            storage.engine.dispose()
+            op.engine(storage).dispose()
             problem = f"no study {name!r} in {shown} yet"
         except StorageError as exc:
             problem = str(exc)

@@ -12,24 +12,27 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
   what it could read (possibly an empty ``TrialMetrics``).
 - ``baseline_params`` reads the knob values the baseline config already has, so the
   sweep can start from the trainer's own choice.
-- ``render`` raises ``CandidateRefused`` (a ``ConfigError``) for a candidate the trainer
+- ``render`` raises ``CandidateRefused`` (not a ``ConfigError``) for a candidate the trainer
   cannot run at all (say, a batch larger than the dataset), before anything runs; the
   message says why. ``max_batch_size`` tells the sweep that limit up front.
 - Every launch env sets ``AUTOTUNE_METRICS_FILE=<trial_dir>/trainer-metrics.json``.
 - Adapters take their options as keyword arguments (``get_adapter("ltx2",
   trainer_dir=..., launcher=[...])``); an unknown option is a ``UsageError``.
+- The hooks (class attributes such as ``needs_tier_gate``, and ``emulated_vram_gb``,
+  ``with_emulated_vram``, ``launch_argv``) answer what the sweep, the plan, the CLI and the
+  report need to know about a trainer: nothing outside ``trainers/`` tests a trainer's name.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.core.metrics import TrialMetrics
-from autotune.errors import ConfigError, UnknownTrainerError
+from autotune.errors import UsageError
 from autotune.execution.launch import LaunchSpec
 
 Params = Mapping[str, Any]
@@ -51,12 +54,8 @@ class Baseline:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class CandidateRefused(ConfigError):
-    """A candidate this trainer cannot run at all; the message says why (nothing was started)."""
-
-
 class TrainerAdapter(ABC):
-    """One trainer. Subclasses set ``name`` and register themselves with ``@register``."""
+    """One trainer. Subclasses set ``name`` and are listed in ``autotune.trainers.registry``."""
 
     name: ClassVar[str]
     #: File under ``configs/knobs/`` that lists this trainer's knobs, saving -> hungry.
@@ -115,41 +114,47 @@ class TrainerAdapter(ABC):
 
         return Path(str(config_file("knobs", self.knob_file)))
 
+    # --- hooks: what the rest of autotune asks of a trainer, so nothing outside ``trainers/``
+    # --- branches on a trainer's name. Class-level ones answer without options (``adapter_class``).
 
-_REGISTRY: dict[str, Callable[..., TrainerAdapter]] = {}
+    #: How messages name the trainer ("the LTX-2 trainer").
+    label: ClassVar[str] = "the trainer"
+    #: The trainer runs a command template (``--cmd``); ``--cmd`` with any other trainer is a usage error.
+    takes_template: ClassVar[bool] = False
+    #: ``autotune plan`` knows this trainer's baseline config per VRAM tier (``configs/tiers.yaml`` names
+    #: the files); the others sweep the user's own ``--config``.
+    plan_baselines: ClassVar[bool] = False
+    #: The folder under ``configs/`` where this trainer's tier baselines ship with autotune; ``None``:
+    #: they are read from the user's trainer checkout (``--trainer-dir``).
+    bundled_baselines: ClassVar[str | None] = None
+    #: Top-level sections this trainer's config holds beyond the LTX-2 schema (not unknown keys).
+    config_sections: ClassVar[tuple[str, ...]] = ()
+    #: The trainer loads its model, text encoder and data from the config's paths, so a plan warns
+    #: about each one still as shipped.
+    loads_model_paths: ClassVar[bool] = False
+    #: One training run uses one device: a plan for several GPUs plans one.
+    single_device: ClassVar[bool] = False
+    #: The trainer refuses a card in a tier the tier table marks unsupported (below 32 GB), so the
+    #: sweep refuses such a card too unless ``--force``.
+    needs_tier_gate: ClassVar[bool] = False
+    #: The trainer enforces an emulated card size itself (on CPU, or capped on a larger GPU): with
+    #: ``--vram-gb N`` the card is one it emulates (``with_emulated_vram``), not one it needs.
+    emulates_vram: ClassVar[bool] = False
+    #: Warnings the report adds about how this trainer measures itself (one sentence each).
+    report_notes: ClassVar[tuple[str, ...]] = ()
+    #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
+    config_suffix: ClassVar[str] = ".yaml"
 
+    def emulated_vram_gb(self, baseline: Baseline) -> float | None:
+        """The card size (GB) the baseline tells the trainer to emulate; ``None``: it emulates none."""
+        return None
 
-def register(cls: type[TrainerAdapter]) -> type[TrainerAdapter]:
-    """Class decorator: make an adapter reachable by its ``name``."""
-    _REGISTRY[cls.name] = cls
-    return cls
+    def with_emulated_vram(self, baseline: Baseline, vram_gb: float) -> Baseline:
+        """The baseline set to emulate a ``vram_gb`` card (unchanged where the trainer emulates none)."""
+        return baseline
 
-
-def adapter_names() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
-
-
-def get_adapter(name: str, **options: Any) -> TrainerAdapter:
-    """The adapter called ``name``; an unknown name is a usage error that lists the known ones."""
-    _load_builtins()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY)) or "(none)"
-        raise UnknownTrainerError(
-            f"unknown trainer {name!r}; known trainers: {known}. Pick one with --trainer NAME."
-        ) from None
-    return factory(**options)
-
-
-def _load_builtins() -> None:
-    """Import the built-in adapters so their ``@register`` runs (lazily: no import cycles)."""
-    import importlib
-
-    for module in ("ltx2", "sana", "command", "reference"):
-        try:
-            importlib.import_module(f"autotune.trainers.{module}")
-        except ModuleNotFoundError as exc:  # an adapter not written yet
-            if exc.name != f"autotune.trainers.{module}":
-                raise
+    def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
+        """The argv that trains ``config_path`` (a config in this trainer's format) on
+        ``baseline.num_gpus`` GPUs, run from the trainer's folder: what a trial and ``autotune plan``
+        launch. Only trainers driven by a config file have one (``plan_baselines`` needs it)."""
+        raise UsageError(f"trainer {self.name!r} is not launched from a config file alone")

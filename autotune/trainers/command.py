@@ -25,9 +25,10 @@ import yaml
 
 from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_text
 from autotune.core.metrics import TrialMetrics
+from autotune.core.space import from_study_value, to_study_value
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
@@ -93,7 +94,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-@register
 class CommandAdapter(TrainerAdapter):
     """Options: ``template`` (the command, required), ``cwd`` (where it runs; default the current
     folder), ``config_keys`` (param -> dotted key in the config, also for ``steps`` and
@@ -101,6 +101,8 @@ class CommandAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
+    label: ClassVar[str] = "your trainer"
+    takes_template: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("template", "cwd", "config_keys", "hook"))
@@ -169,7 +171,7 @@ class CommandAdapter(TrainerAdapter):
             value = get_dotted(baseline.data, key, missing)
             if param == "steps" or value is missing:
                 continue
-            out[param] = "none" if param == "quantization" and value is None else value
+            out[param] = to_study_value(value) if param == "quantization" else value
         return out
 
     def _params(self, baseline: Baseline, params: Params, gradient_accumulation_steps: int) -> dict[str, Any]:
@@ -194,8 +196,8 @@ class CommandAdapter(TrainerAdapter):
                 value: Any = steps
             else:
                 value = values[param]
-                if param == "quantization" and value == "none":
-                    value = None
+                if param == "quantization":
+                    value = from_study_value(value)
             if not cfg.has(key) or not same_value(cfg.get(key), value):
                 cfg.set(key, value)
         return cfg.dump()

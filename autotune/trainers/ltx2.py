@@ -18,9 +18,10 @@ from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_text
 from autotune.core.metrics import TrialMetrics
-from autotune.errors import ConfigError, UsageError
+from autotune.core.space import from_study_value, to_study_value
+from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, CandidateRefused, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
@@ -123,7 +124,6 @@ def finish_metrics(
     return metrics
 
 
-@register
 class Ltx2Adapter(TrainerAdapter):
     """Options: ``trainer_dir`` (the LTX-2 checkout or ``packages/ltx-trainer``; found from the
     config's or the current folder when omitted), ``launcher`` (argv that runs Python, default
@@ -135,6 +135,15 @@ class Ltx2Adapter(TrainerAdapter):
     knob_file: ClassVar[str] = "ltx2.yaml"
     #: The real trainer knows every section of the recipe, so missing ones are added.
     create_missing_sections: ClassVar[bool] = True
+    label: ClassVar[str] = "the LTX-2 trainer"
+    plan_baselines: ClassVar[bool] = True
+    loads_model_paths: ClassVar[bool] = True
+    needs_tier_gate: ClassVar[bool] = True
+    report_notes: ClassVar[tuple[str, ...]] = (
+        "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
+        "only at a few points (start, first step, every 200 steps, end) and including other "
+        "processes; autotune's own measure is shown beside it.",
+    )
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("trainer_dir", "launcher", "accelerate_config", "hook"))
@@ -178,7 +187,7 @@ class Ltx2Adapter(TrainerAdapter):
         out: dict[str, Any] = {}
         for param, key in {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}.items():
             value = get_dotted(baseline.data, key, CODE_DEFAULTS[param])
-            out[param] = "none" if param == "quantization" and value is None else value
+            out[param] = to_study_value(value) if param == "quantization" else value
         return out
 
     # --- rendering -----------------------------------------------------------------------------
@@ -200,7 +209,7 @@ class Ltx2Adapter(TrainerAdapter):
             raise ConfigError(
                 f"gradient_checkpointing must be true or false; got {merged['gradient_checkpointing']!r}"
             )
-        quant_value = None if quant in (None, "none") else quant
+        quant_value = from_study_value(quant)
         if quant_value is not None and get_dotted(baseline.data, "model.training_mode", "lora") == "full":
             raise CandidateRefused(
                 f"quantization {quant_value} with model.training_mode 'full' is rejected by the LTX-2 "

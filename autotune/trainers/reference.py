@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from autotune.config.yamlconf import RoundTripConfig, load_yaml
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
-from autotune.trainers.base import Baseline, register
+from autotune.trainers.base import Baseline
 from autotune.trainers.common import take_options
 from autotune.trainers.ltx2 import Ltx2Adapter
 
@@ -23,7 +25,6 @@ DEFAULT_BASELINE = ("reference", "low_vram.yaml")
 MODULE = "trials.reference"
 
 
-@register
 class ReferenceAdapter(Ltx2Adapter):
     """Options: ``launcher`` (argv that runs Python, default this interpreter), ``accelerate_config``
     (used with several GPUs; default none), ``hook`` (default off)."""
@@ -32,6 +33,14 @@ class ReferenceAdapter(Ltx2Adapter):
     knob_file: ClassVar[str] = "reference.yaml"
     #: The reference trainer reads a subset of the schema: add no section it may not know.
     create_missing_sections: ClassVar[bool] = False
+    label: ClassVar[str] = "the reference trainer"
+    bundled_baselines: ClassVar[str | None] = "reference"
+    config_sections: ClassVar[tuple[str, ...]] = ("reference",)
+    loads_model_paths: ClassVar[bool] = False  # synthetic latents: no model, no data
+    single_device: ClassVar[bool] = True
+    needs_tier_gate: ClassVar[bool] = False  # any card: it is the demo
+    emulates_vram: ClassVar[bool] = True
+    report_notes: ClassVar[tuple[str, ...]] = ()  # it reports torch's own peak, not nvidia-smi's
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "accelerate_config", "hook"))
@@ -50,6 +59,22 @@ class ReferenceAdapter(Ltx2Adapter):
                 )
             config = default
         return super().load_baseline(config)
+
+    def emulated_vram_gb(self, baseline: Baseline) -> float | None:
+        """``reference.emulated_vram_gb``: the card the trainer enforces on CPU (or caps a GPU to)."""
+        section = baseline.data.get("reference")
+        value = section.get("emulated_vram_gb") if isinstance(section, dict) else None
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def with_emulated_vram(self, baseline: Baseline, vram_gb: float) -> Baseline:
+        """Make the trainer's emulated budget the card the sweep judges (the text keeps its comments)."""
+        ref = baseline.data.get("reference")
+        if not isinstance(ref, dict) or ref.get("emulated_vram_gb") == vram_gb:
+            return baseline
+        doc = RoundTripConfig.from_text(baseline.text)
+        doc.set("reference.emulated_vram_gb", vram_gb)
+        text = doc.dump()
+        return replace(baseline, text=text, data=load_yaml(text, str(baseline.path or "<baseline>")))
 
     def cwd(self, baseline: Baseline) -> Path:
         """The folder that holds the ``trials`` package, so ``python -m trials.reference`` imports."""

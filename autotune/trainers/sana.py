@@ -33,7 +33,7 @@ from autotune.config.yamlconf import load_yaml, read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, is_secret_name, redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, register
+from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
@@ -157,13 +157,15 @@ def set_bool_flag(args: list[str], flag: str, on: bool) -> list[str]:
 # --- the adapter -------------------------------------------------------------------------------
 
 
-@register
 class SanaAdapter(TrainerAdapter):
     """Options: ``launcher`` (argv that runs Python; overrides the baseline's), ``hook``
     (inject the trial-side hook for step times and peak memory; default on)."""
 
     name: ClassVar[str] = "sana"
     knob_file: ClassVar[str] = "sana.yaml"
+    label: ClassVar[str] = "the Sana trainer"
+    #: ``final_config`` writes the training command as a shell script.
+    config_suffix: ClassVar[str] = ".sh"
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "hook"))

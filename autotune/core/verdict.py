@@ -1,0 +1,230 @@
+"""What fits, the judged peak, throughput and the winner: decided here and nowhere else.
+
+Why one module: the sweep, its strategy, ``autotune status``, the progress line
+and the report each name a winner. With one rule they name the same one.
+
+- **Judged peak**: the larger of the trainer's own peak and autotune's (either may
+  miss a short peak).
+- **Fits**: a judged peak at most ``(1 - headroom) * card_gb``; a trial whose fit was
+  recorded keeps it; with no peak and no record, fit is unknown (``None``), which
+  is no evidence against it.
+- **May win**: ran ok, has a throughput, does not not-fit, and is not a
+  confirmation re-run (those confirm another trial's candidate).
+- **Winner**: the fastest; then every contender within noise of it (a near-tie:
+  the slower at least ``1 - max(noise of either, MIN_NOISE)`` of the faster) is
+  considered, and the highest fidelity among them wins, then the fastest, then
+  the earliest.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from autotune.core.metrics import TrialMetrics
+from autotune.core.outcome import OomDetails, Outcome
+from autotune.core.record import TrialRecord
+from autotune.core.space import fidelity_score
+
+#: Run-to-run noise floor for near-ties (relative: 0.015 is 1.5 %), the strategy's ``min_noise``.
+MIN_NOISE = 0.015
+#: Tolerance of the fit line: a peak equal to the limit, rounded, still fits.
+_EPSILON_GB = 1e-9
+
+T = TypeVar("T")
+
+
+# --- fit and measures -----------------------------------------------------------------------------
+
+
+def fit_limit_gb(card_gb: float, headroom: float) -> float:
+    """The most peak VRAM a config may use and still count as fitting."""
+    return (1.0 - headroom) * card_gb
+
+
+def judge_fit(recorded: bool | None, peak_gb: float | None, limit_gb: float | None) -> bool | None:
+    """A recorded fit as it is; else the peak against the limit; ``None`` when neither is known."""
+    if recorded is not None:
+        return recorded
+    if peak_gb is None or limit_gb is None:
+        return None
+    return peak_gb <= limit_gb + _EPSILON_GB
+
+
+def fits(peak_gb: float | None, card_gb: float, headroom: float) -> bool | None:
+    """Whether ``peak_gb`` fits a card of ``card_gb`` keeping ``headroom`` free (``None``: no peak)."""
+    return judge_fit(None, peak_gb, fit_limit_gb(card_gb, headroom))
+
+
+def judged_peak(metrics: TrialMetrics) -> float | None:
+    """The peak VRAM that fit is judged on: the larger of the trainer's and ours (either may miss peaks)."""
+    peaks = [p for p in (metrics.trainer_peak_vram_gb, metrics.measured_peak_vram_gb) if p is not None]
+    return max(peaks) if peaks else None
+
+
+def samples_per_s(metrics: TrialMetrics, effective_batch: int) -> float | None:
+    """Throughput: the trainer's own figure, else samples per optimizer step over the step time."""
+    if metrics.samples_per_s is not None and metrics.samples_per_s > 0:
+        return float(metrics.samples_per_s)
+    if metrics.step_time_s is not None and metrics.step_time_s > 0:
+        return effective_batch / metrics.step_time_s
+    return None
+
+
+def measured_attrs(
+    outcome: Outcome,
+    reason: str,
+    metrics: TrialMetrics,
+    effective_batch: int,
+    card_gb: float,
+    headroom: float,
+    *,
+    peak_host_rss_gb: float | None = None,
+    oom: OomDetails | None = None,
+) -> dict[str, Any]:
+    """The attrs a finished trial is stored with: how it ended, what it measured, whether it fits.
+
+    A run that ended ok but left no step time or throughput is a crash: nothing can
+    rank it. Fit is judged only for an ok run; non-finite figures are left out.
+    """
+    sps = samples_per_s(metrics, effective_batch)
+    peak = judged_peak(metrics)
+    attrs = TrialRecord.attrs_of(outcome=outcome.value, reason=reason)
+    figures = TrialRecord.attrs_of(
+        step_time_s=metrics.step_time_s,
+        step_time_spread_s=metrics.step_time_spread_s,
+        samples_per_s=sps,
+        peak_vram_gb=peak,
+        trainer_peak_vram_gb=metrics.trainer_peak_vram_gb,
+        measured_peak_vram_gb=metrics.measured_peak_vram_gb,
+        peak_host_rss_gb=peak_host_rss_gb,
+    )
+    attrs.update({k: round(float(v), 6) for k, v in figures.items() if v is not None and math.isfinite(v)})
+    if outcome == Outcome.OK and sps is None:
+        attrs.update(
+            TrialRecord.attrs_of(
+                outcome=Outcome.CRASH.value, reason="finished but no step time or samples/s could be read"
+            )
+        )
+    if peak is not None:
+        attrs.update(TrialRecord.attrs_of(headroom_gb=round(card_gb - peak, 4)))
+    if TrialRecord(-1, attrs=attrs).is_ok:
+        attrs.update(TrialRecord.attrs_of(fits=fits(peak, card_gb, headroom)))
+    if outcome == Outcome.OOM and oom is not None:
+        details = TrialRecord.attrs_of(
+            oom_tried_gb=oom.tried_gb, oom_free_gb=oom.free_gb, oom_total_gb=oom.total_gb
+        )
+        attrs.update({k: round(float(v), 4) for k, v in details.items() if v is not None})
+    return attrs
+
+
+def record_fits(record: TrialRecord, limit_gb: float | None) -> bool | None:
+    """A stored trial's fit: as recorded, else judged from its peak."""
+    return judge_fit(record.fits, record.peak_vram_gb, limit_gb)
+
+
+def may_win(record: TrialRecord, limit_gb: float | None) -> bool:
+    """Ran ok, measured, not over the line, and not a confirmation re-run."""
+    return (
+        record.outcome == Outcome.OK.value
+        and record.confirm_of is None
+        and record.samples_per_s is not None
+        and record_fits(record, limit_gb) is not False
+    )
+
+
+# --- the winner -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contender(Generic[T]):
+    """One trial or candidate that may win: its speed, relative noise, fidelity and age."""
+
+    item: T
+    samples_per_s: float
+    noise: float = 0.0  # relative: 0.02 is 2 %
+    fidelity: int = 0  # knobs at their preferred value
+    order: int = 0  # earlier (smaller) wins a full tie
+
+
+def near_tie(a: Contender[Any], b: Contender[Any], min_noise: float = MIN_NOISE) -> bool:
+    """Whether the slower of two is within the noise of the faster."""
+    lo, hi = sorted((a.samples_per_s, b.samples_per_s))
+    return lo >= hi * (1.0 - max(a.noise, b.noise, min_noise))
+
+
+def winner(contenders: Sequence[Contender[T]], min_noise: float = MIN_NOISE) -> Contender[T] | None:
+    """The fastest contender, near-ties (within noise) going to the higher fidelity."""
+    if not contenders:
+        return None
+    top = max(contenders, key=lambda c: (c.samples_per_s, c.fidelity, -c.order))
+    near = [c for c in contenders if near_tie(c, top, min_noise)]
+    return max(near, key=lambda c: (c.fidelity, c.samples_per_s, -c.order))
+
+
+def beaten_on_fidelity(
+    best: Contender[T], contenders: Sequence[Contender[T]], min_noise: float = MIN_NOISE
+) -> Contender[T] | None:
+    """The fastest contender faster than ``best`` but within its noise: the near-tie fidelity decided."""
+    faster = [c for c in contenders if c is not best and c.samples_per_s > best.samples_per_s]
+    if not faster:
+        return None
+    top = max(faster, key=lambda c: (c.samples_per_s, -c.order))
+    return top if near_tie(top, best, min_noise) else None
+
+
+# --- the winner among stored trials ---------------------------------------------------------------
+
+
+def contenders(
+    records: Iterable[TrialRecord], fidelity: Mapping[str, Any], limit_gb: float | None
+) -> list[Contender[TrialRecord]]:
+    """The trials that may win, as contenders (noise: each trial's own step-time spread)."""
+    out = []
+    for r in records:
+        if not may_win(r, limit_gb):
+            continue
+        sps = r.samples_per_s
+        assert sps is not None  # may_win checked it
+        out.append(Contender(r, sps, r.relative_spread or 0.0, fidelity_score(r.params, fidelity), r.number))
+    return out
+
+
+def pick_winner(
+    records: Iterable[TrialRecord],
+    fidelity: Mapping[str, Any],
+    limit_gb: float | None,
+    min_noise: float = MIN_NOISE,
+) -> tuple[TrialRecord | None, TrialRecord | None]:
+    """(the winning trial, the faster trial it beat on fidelity or None) among stored trials."""
+    pool = contenders(records, fidelity, limit_gb)
+    best = winner(pool, min_noise)
+    if best is None:
+        return None, None
+    beaten = beaten_on_fidelity(best, pool, min_noise)
+    return best.item, beaten.item if beaten is not None else None
+
+
+def beaten_by_fidelity(
+    best: TrialRecord,
+    records: Iterable[TrialRecord],
+    fidelity: Mapping[str, Any],
+    limit_gb: float | None,
+    min_noise: float = MIN_NOISE,
+) -> TrialRecord | None:
+    """For a winner picked elsewhere (the sweep's own): the faster trial within its noise, if any."""
+    pool = contenders(records, fidelity, limit_gb)
+    mine = next((c for c in pool if c.item.number == best.number), None)
+    if mine is None:
+        sps = best.samples_per_s
+        if sps is None:
+            return None
+        mine = Contender(
+            best, sps, best.relative_spread or 0.0, fidelity_score(best.params, fidelity), best.number
+        )
+    beaten = beaten_on_fidelity(mine, pool, min_noise)
+    return beaten.item if beaten is not None else None

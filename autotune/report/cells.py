@@ -1,0 +1,150 @@
+"""What every format shows the same way: the summary lines and the trial table's cells."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.report.model import Report, TrialRow, headroom_left, oom_text, row_fits
+from autotune.report.text import changes as _changes
+from autotune.report.text import fmt as _fmt
+from autotune.report.text import gb as _gb
+from autotune.report.text import trials_text as _trials
+
+
+def _card_line(r: Report) -> str:
+    c = r.card
+    if not c:
+        return "unknown"
+    count = c.get("count")
+    text = str(c.get("name") or "unknown card")
+    if isinstance(count, int) and count > 1:
+        text += f" × {count}"
+    if r.card_gb is not None:
+        text += f", {_gb(r.card_gb)} GiB"
+    if c.get("tier"):
+        text += f" (tier {c['tier']})"
+    return text
+
+
+def _measure_line(row: TrialRow) -> str:
+    return (
+        f"{_fmt(row.get('samples_per_s'))} samples/s, {_fmt(row.get('step_time_s'))} s/step, "
+        f"peak {_gb(row.get('peak_vram_gb'))} GiB"
+    )
+
+
+def _progress(r: Report) -> str:
+    ok = sum(t.outcome == "ok" for t in r.trials)
+    text = f"{_trials(r.finished)} finished ({ok} ok, {r.finished - ok} failed), {r.running} running"
+    if r.ruled_out:
+        text += f", {len(r.ruled_out)} ruled out without running"
+    return text
+
+
+def summary(r: Report) -> list[tuple[str, str]]:
+    """(label, text) pairs for the head of every format."""
+    items = [("Card", _card_line(r))]
+    trainer = r.trainer
+    if r.config_path:
+        trainer += f", from {Path(r.config_path).name}"
+    extras = []
+    if r.steps is not None:
+        extras.append(f"{r.steps} steps per trial")
+    if r.headroom is not None:
+        extras.append(f"headroom {r.headroom * 100:g} %")
+    if extras:
+        trainer += f" ({', '.join(extras)})"
+    items.append(("Trainer", trainer))
+    if r.baseline is None:
+        items.append(("Baseline", "not run yet"))
+    elif r.baseline.outcome == "ok":
+        items.append(("Baseline", f"trial {r.baseline.number}: {_measure_line(r.baseline)}"))
+    else:
+        items.append(("Baseline", f"trial {r.baseline.number}: {r.baseline.label} ({reason(r, r.baseline)})"))
+    if r.best is None:
+        items.append(
+            (
+                "Winner",
+                f"none yet: {_trials(r.finished)} finished, {r.running} running; no config has fit yet",
+            )
+        )
+    else:
+        b = r.best
+        what = _changes(b.changed) or "the baseline config unchanged"
+        left = headroom_left(r, b)
+        text = f"trial {b.number} ({what}): {_measure_line(b)}"
+        if left is not None:
+            text += f", {_gb(left)} GiB left"
+        if r.confirmed_by is not None:
+            text += f"; confirmed by a longer run, trial {r.confirmed_by}"
+        items.append(("Winner", text))
+        if r.speedup is not None:
+            items.append(("Speed-up", f"{r.speedup:.2f}× the baseline's samples/s"))
+    items.append(("Progress", _progress(r)))
+    return items
+
+
+def reason(r: Report, row: TrialRow) -> str:
+    """Why the trial ended as it did, in one cell: OOM sizes, the sweep's reason, fit, batch."""
+    parts = []
+    if row.outcome == "oom" and oom_text(row):
+        parts.append(oom_text(row))
+    if row.reason and row.reason not in parts:
+        parts.append(row.reason)
+    if row.outcome == "ok" and row_fits(row, r.limit_gb) is False:
+        limit = f" ({_gb(r.limit_gb)} GiB)" if r.limit_gb is not None else ""
+        parts.append(f"peak above the headroom limit{limit}: does not fit")
+    if row.effective_batch_changed:
+        parts.append(f"effective batch {row.get('effective_batch')} (baseline {r.baseline_effective_batch})")
+    return "; ".join(parts)
+
+
+def _step_cell(row: TrialRow) -> str:
+    st = row.get("step_time_s")
+    if st is None:
+        return "—"
+    sp = row.get("step_time_spread_s")
+    return f"{_fmt(st)} s ± {_fmt(sp, 2)}" if sp is not None else f"{_fmt(st)} s"
+
+
+def _peak_cells(r: Report, row: TrialRow) -> tuple[str, str, str]:
+    left = headroom_left(r, row)
+    both = f"{_gb(row.get('trainer_peak_vram_gb'))} / {_gb(row.get('measured_peak_vram_gb'))}"
+    if row.get("trainer_peak_vram_gb") is None and row.get("measured_peak_vram_gb") is None:
+        both = "—"
+    return _gb(row.get("peak_vram_gb")), both, (_gb(left) if left is not None else "—")
+
+
+def _trial_title(row: TrialRow) -> str:
+    tags = [t for t, on in (("winner", row.is_best), ("baseline", row.is_baseline)) if on]
+    if row.confirm_of is not None:
+        tags.append(f"confirms {row.confirm_of}")
+    return f"{row.number}" + (f" ({', '.join(tags)})" if tags else "")
+
+
+TABLE_HEAD = (
+    "#",
+    "knobs vs baseline",
+    "outcome",
+    "step time",
+    "samples/s",
+    "peak GiB",
+    "trainer / ours GiB",
+    "left GiB",
+    "reason",
+)
+
+
+def trial_cells(r: Report, row: TrialRow) -> list[str]:
+    peak, both, left = _peak_cells(r, row)
+    return [
+        _trial_title(row),
+        _changes(row.changed) or "—",
+        "ok, too big" if row.outcome == "ok" and row_fits(row, r.limit_gb) is False else row.label,
+        _step_cell(row),
+        _fmt(row.get("samples_per_s")),
+        peak,
+        both,
+        left,
+        reason(r, row),
+    ]

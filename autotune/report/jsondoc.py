@@ -1,0 +1,72 @@
+"""The report as JSON (``report.json``): the contract of DESIGN.md, "The report", as plain data."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from autotune.report.model import MEASURES, Report, TrialRow
+
+
+def _json_trial(row: TrialRow) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "number": row.number,
+        "state": row.state,
+        "params": row.params,
+        "outcome": row.outcome,
+    }
+    if row.reason:
+        out["reason"] = row.reason
+    out.update(row.measures)
+    return out
+
+
+def _json_pick(row: TrialRow | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    out: dict[str, Any] = {
+        "trial": row.number,
+        "params": row.params,
+        "outcome": row.outcome,
+        "samples_per_s": row.get("samples_per_s"),
+        "step_time_s": row.get("step_time_s"),
+        "peak_vram_gb": row.get("peak_vram_gb"),
+    }
+    for k in MEASURES:
+        if k not in out and row.get(k) is not None:
+            out[k] = row.get(k)
+    return out
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    """The JSON contract (DESIGN.md, "The report") as plain data."""
+    r = report
+    return {
+        "study": r.study,
+        "trainer": r.trainer,
+        "card": r.card,
+        "headroom": r.headroom,
+        "steps": r.steps,
+        "config_path": r.config_path,
+        "status": {
+            "finished": r.finished,
+            "running": r.running,
+            "ok": sum(t.outcome == "ok" for t in r.trials),
+            "ruled_out": len(r.ruled_out),
+        },
+        "baseline_params": r.baseline_params,
+        "baseline": _json_pick(r.baseline),
+        "best": _json_pick(r.best),
+        "speedup": r.speedup,
+        "command": r.command,
+        "best_config_path": r.best_config_path,
+        "warnings": r.warnings,
+        "trials": [_json_trial(t) for t in r.trials],
+        "ruled_out": [
+            {"params": x.params, "reason": x.reason, "by_trials": x.by_trials} for x in r.ruled_out
+        ],
+    }
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report_dict(report), indent=2, ensure_ascii=False) + "\n"

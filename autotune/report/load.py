@@ -1,0 +1,231 @@
+"""Building the report: the study, read once (never written), into a ``Report``."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.config.knobs import trainer_fidelity
+from autotune.core.space import same_param
+from autotune.errors import AutotuneError
+from autotune.report.model import (
+    Report,
+    RuledOut,
+    TrialRow,
+    beaten_on_fidelity,
+    diff,
+    headroom_left,
+    knob_names,
+    pick_best,
+    row_from_trial,
+)
+from autotune.report.opening import DEFAULT_WORKDIR
+from autotune.report.text import fmt as _fmt
+from autotune.report.text import gb as _gb
+from autotune.report.text import val as _val
+from autotune.report.winning import adapter_for, add_command
+
+
+def _resolve(path: str | None, root: Path | None) -> Path | None:
+    if not path:
+        return None
+    p = Path(path)
+    return p if p.is_absolute() or root is None else root / p
+
+
+def read_timeline(path: Path) -> list[tuple[float, float]]:
+    """``memory.csv`` as (seconds, VRAM GiB) pairs; rows without a VRAM reading are left out."""
+    out: list[tuple[float, float]] = []
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                try:
+                    t, v = float(row.get("t_s") or ""), float(row.get("vram_gb") or "")
+                except ValueError:
+                    continue
+                if math.isfinite(t) and math.isfinite(v):
+                    out.append((t, v))
+    except OSError:
+        return []
+    return out
+
+
+def _quality_note(knob: str, value: Any, preferred: Any) -> str:
+    if knob == "quantization":
+        return (
+            f"The winner keeps quantization {_val(value)} (the full-precision choice is {_val(preferred)}): "
+            "quantized base weights can lower the quality of the trained LoRA. Compare its samples "
+            "against a full-precision run before relying on it."
+        )
+    if knob == "optimizer":
+        return (
+            f"The winner uses the {_val(value)} optimizer (full precision: {_val(preferred)}): an 8-bit "
+            "optimizer state usually trains close to AdamW but can converge differently; watch the loss."
+        )
+    return f"The winner uses {knob} {_val(value)} rather than the higher-fidelity {_val(preferred)}; it may affect quality."
+
+
+def build_report(
+    study: optuna.Study,
+    *,
+    workdir: Path | None = None,
+    report_dir: Path | None = None,
+    best_config_path: Path | None = None,
+) -> Report:
+    """Read ``study`` (never writes to it) into a ``Report``.
+
+    ``workdir`` is the sweep's folder (default: the study's ``workdir`` attr, else
+    ``./autotune-runs``); ``report_dir`` the study's own folder in it, where the
+    sweep writes its reports and winning config (default: ``<workdir>/<study>``).
+    ``best_config_path`` is where the winning config is (or will be) written; the
+    launch command names it (default: ``<report_dir>/best-config.yaml``).
+    """
+    sattrs = study.user_attrs
+    settings: dict[str, Any] = dict(sattrs.get("settings") or {})
+    base: dict[str, Any] = dict(sattrs.get("baseline_params") or {})
+    trainer = str(settings.get("trainer") or "unknown")
+    card = dict(settings.get("card") or {})
+    headroom = settings.get("headroom")
+    headroom = float(headroom) if isinstance(headroom, (int, float)) else None
+    knobs = knob_names(settings, base)
+    root = workdir or (Path(sattrs["workdir"]) if sattrs.get("workdir") else DEFAULT_WORKDIR)
+    report_dir = report_dir or root / study.study_name
+    baseline_number = sattrs.get("baseline_trial")
+    baseline_number = int(baseline_number) if isinstance(baseline_number, int) else None
+    fidelity: dict[str, Any] = dict(trainer_fidelity(trainer, knobs))
+
+    trials = study.get_trials(deepcopy=False)
+    rows = [row_from_trial(t, base, knobs, baseline_number) for t in trials]
+    by_number = {r.number: r for r in rows}
+    baseline = by_number.get(baseline_number) if baseline_number is not None else None
+
+    options = settings.get("trainer_options")
+    report = Report(
+        trainer_options=dict(options) if isinstance(options, Mapping) else {},
+        study=study.study_name,
+        trainer=trainer,
+        card=card,
+        headroom=headroom,
+        steps=settings.get("steps") if isinstance(settings.get("steps"), int) else None,
+        config_path=str(settings["config_path"]) if settings.get("config_path") else None,
+        knobs=knobs,
+        baseline_params=base,
+        fidelity=fidelity,
+        trials=rows,
+        ruled_out=[],
+        baseline=baseline,
+        best=None,
+        speedup=None,
+        warnings=[],
+        finished=sum(r.state in ("complete", "fail", "pruned") for r in rows),
+        running=sum(r.state == "running" for r in rows),
+    )
+    for item in sattrs.get("ruled_out") or []:
+        if isinstance(item, Mapping):
+            params = dict(item.get("params") or {})
+            report.ruled_out.append(
+                RuledOut(
+                    params=params,
+                    changed=diff(params, base, knobs),
+                    reason=str(item.get("reason") or ""),
+                    by_trials=[int(n) for n in item.get("by_trials") or []],
+                )
+            )
+
+    # The winner: the sweep's own pick when it recorded one, else the same rule recomputed.
+    beaten: TrialRow | None = None
+    best: TrialRow | None = None
+    if "best_trial" in sattrs:  # the sweep finished and picked (None: nothing fit or survived confirmation)
+        chosen = sattrs.get("best_trial")
+        if isinstance(chosen, int) and chosen in by_number and by_number[chosen].outcome == "ok":
+            best = by_number[chosen]
+            beaten = beaten_on_fidelity(best, rows, fidelity, report.limit_gb)
+    else:
+        best, beaten = pick_best(rows, fidelity, report.limit_gb)
+    confirmed = sattrs.get("confirmed_by")
+    report.confirmed_by = confirmed if isinstance(confirmed, int) and confirmed in by_number else None
+    report.best = best
+    if best is not None:
+        best.is_best = True
+    base_sps = baseline.get("samples_per_s") if baseline is not None and baseline.outcome == "ok" else None
+    if best is not None and isinstance(base_sps, (int, float)) and base_sps > 0:
+        report.speedup = round(float(best.get("samples_per_s")) / float(base_sps), 4)
+
+    # Effective batch: the baseline's, from its trial or from its params.
+    base_eff = baseline.get("effective_batch") if baseline is not None else None
+    if base_eff is None and isinstance(base.get("batch_size"), int):
+        base_eff = (
+            base["batch_size"]
+            * int(base.get("gradient_accumulation_steps") or 1)
+            * int(card.get("count") or 1)
+        )
+    report.baseline_effective_batch = base_eff if isinstance(base_eff, int) else None
+    for r in rows:
+        eff = r.get("effective_batch")
+        r.effective_batch_changed = eff is not None and base_eff is not None and eff != base_eff
+
+    # Timelines of the leading trials: the winner, the baseline, then the fastest others.
+    leading: list[TrialRow] = [r for r in (best, baseline) if r is not None]
+    for r in sorted(
+        (r for r in rows if r.outcome == "ok"), key=lambda r: (-(r.get("samples_per_s") or 0), r.number)
+    ):
+        if len(leading) >= 4:
+            break
+        if r not in leading:
+            leading.append(r)
+    for r in leading:
+        folder = _resolve(r.trial_dir, root)
+        if folder is not None:
+            points = read_timeline(folder / "memory.csv")
+            if points:
+                report.timelines[r.number] = points
+
+    _add_warnings(report, beaten, base_eff)
+    add_command(report, report_dir, best_config_path)
+    return report
+
+
+def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any) -> None:
+    best, w = report.best, report.warnings
+    if best is None:
+        return
+    if best.effective_batch_changed:
+        w.append(
+            f"The effective batch changed: the winner trains {best.get('effective_batch')} samples per "
+            f"optimizer step, the baseline {base_eff} (batch size × gradient accumulation × GPUs). "
+            "Scale the learning rate and the number of steps to match."
+        )
+    for knob, preferred in report.fidelity.items():
+        if knob in best.params and not same_param(best.params[knob], preferred):
+            w.append(_quality_note(knob, best.params[knob], preferred))
+    w.extend(_adapter_notes(report))
+    left = headroom_left(report, best)
+    keep = (
+        f" It leaves {_gb(left)} GiB of the {_gb(report.card_gb)} GiB card free; keep that headroom."
+        if left is not None
+        else ""
+    )
+    w.append(
+        "The trials were short runs: validation sampling and checkpoint saving were not exercised, and "
+        "a longer clip in the data can peak higher later." + keep
+    )
+    if beaten is not None:
+        w.append(
+            f"Near-tie decided by fidelity: trial {beaten.number} measured "
+            f"{_fmt(beaten.get('samples_per_s'))} samples/s against the winner's "
+            f"{_fmt(best.get('samples_per_s'))}, within the measured noise; the winner keeps "
+            "higher-fidelity settings."
+        )
+
+
+def _adapter_notes(report: Report) -> list[str]:
+    """What the sweep's trainer wants every reader of a winner to know (its ``report_notes``)."""
+    try:
+        return list(adapter_for(report).report_notes)
+    except AutotuneError:
+        return []

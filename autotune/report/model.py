@@ -1,0 +1,199 @@
+"""The report's data: a study read into rows, and who won (by ``autotune.core.verdict``'s rule)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.core import verdict
+from autotune.core.record import KEYS, MEASURES, TrialLike, TrialRecord
+from autotune.core.space import same_param
+from autotune.report.text import gb as _gb
+
+__all__ = ["MEASURES", "Report", "RuledOut", "TrialRow", "knob_names", "pick_best"]
+
+
+@dataclass
+class TrialRow:
+    """One trial as the report shows it."""
+
+    number: int
+    state: str  # complete, fail, running, pruned, waiting
+    params: dict[str, Any]
+    changed: dict[str, tuple[Any, Any]]  # knob -> (baseline value, this trial's value)
+    outcome: str | None  # None while running
+    reason: str = ""
+    measures: dict[str, Any] = field(default_factory=dict)  # only those it has, see MEASURES
+    trial_dir: str | None = None
+    confirm_of: int | None = None  # a longer re-run that confirms this trial's candidate
+    is_baseline: bool = False
+    is_best: bool = False
+    effective_batch_changed: bool = False
+
+    def get(self, key: str) -> Any:
+        """A measured figure by its record key (``autotune.core.record.KEYS``; a typo raises)."""
+        if key not in KEYS:
+            raise KeyError(f"unknown trial attr {key!r}")
+        return self.measures.get(key)
+
+    def record(self) -> TrialRecord:
+        """The row as a stored trial, for the verdict (which alone picks the winner)."""
+        attrs = TrialRecord.attrs_of(**self.measures, outcome=self.outcome, confirm_of=self.confirm_of)
+        return TrialRecord(self.number, self.state, self.params, None, attrs)
+
+    @property
+    def label(self) -> str:
+        return "running" if self.outcome is None and self.state == "running" else (self.outcome or self.state)
+
+
+@dataclass
+class RuledOut:
+    params: dict[str, Any]
+    changed: dict[str, tuple[Any, Any]]
+    reason: str
+    by_trials: list[int]
+
+
+@dataclass
+class Report:
+    """Everything the three formats show; built once by ``build_report``."""
+
+    study: str
+    trainer: str
+    card: dict[str, Any]  # name, vram_gb, count, tier
+    headroom: float | None  # fraction of the card kept free
+    steps: int | None
+    config_path: str | None  # the baseline config the sweep started from
+    knobs: list[str]
+    baseline_params: dict[str, Any]
+    fidelity: dict[str, Any]
+    trials: list[TrialRow]
+    ruled_out: list[RuledOut]
+    baseline: TrialRow | None
+    best: TrialRow | None
+    speedup: float | None
+    warnings: list[str]
+    finished: int
+    running: int
+    command: str | None = None  # launch the full training with the winning config
+    best_config_path: str | None = None
+    timelines: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # trial -> (t, GiB)
+    confirmed_by: int | None = None  # the longer re-run that confirmed the winner
+    trainer_options: dict[str, Any] = field(default_factory=dict)  # how the sweep built its adapter
+    baseline_effective_batch: int | None = None
+
+    @property
+    def card_gb(self) -> float | None:
+        v = self.card.get("vram_gb")
+        return float(v) if isinstance(v, (int, float)) else None
+
+    @property
+    def limit_gb(self) -> float | None:
+        """The most peak VRAM a config may use and still count as fitting."""
+        if self.card_gb is None:
+            return None
+        return verdict.fit_limit_gb(self.card_gb, self.headroom or 0.0)
+
+
+def knob_names(settings: Mapping[str, Any], baseline_params: Mapping[str, Any]) -> list[str]:
+    knobs = settings.get("knobs")
+    names: list[str] = []
+    if isinstance(knobs, Mapping):
+        names = [str(k) for k in knobs]
+    elif isinstance(knobs, list):
+        for k in knobs:
+            if isinstance(k, Mapping) and "name" in k:
+                names.append(str(k["name"]))
+            elif isinstance(k, str):
+                names.append(k)
+    if not names:
+        names = [k for k in baseline_params if k != "gradient_accumulation_steps"]
+    return names
+
+
+def diff(
+    params: Mapping[str, Any], base: Mapping[str, Any], knobs: Sequence[str]
+) -> dict[str, tuple[Any, Any]]:
+    """Knob -> (baseline value, this value) for every knob that differs (``None`` and ``none`` alike)."""
+    order = list(knobs) + sorted(k for k in params if k not in knobs)
+    return {
+        k: (base.get(k), params[k]) for k in order if k in params and not same_param(params[k], base.get(k))
+    }
+
+
+def row_from_trial(
+    t: TrialLike, base: Mapping[str, Any], knobs: Sequence[str], baseline_number: int | None
+) -> TrialRow:
+    rec = TrialRecord.from_trial(t)
+    outcome = rec.outcome
+    if outcome is None and rec.state == "fail":
+        outcome = "crash"
+    return TrialRow(
+        number=rec.number,
+        state=rec.state,
+        params=dict(rec.params),
+        changed=diff(rec.params, base, knobs),
+        outcome=outcome,
+        reason=rec.reason,
+        measures=rec.measures(),
+        trial_dir=rec.get("trial_dir"),
+        confirm_of=rec.confirm_of,
+        is_baseline=rec.number == baseline_number,
+    )
+
+
+def row_fits(row: TrialRow, limit_gb: float | None) -> bool | None:
+    """The row's fit as the verdict judges it (recorded, else its peak against the limit)."""
+    return verdict.record_fits(row.record(), limit_gb)
+
+
+def pick_best(
+    rows: Sequence[TrialRow], fidelity: Mapping[str, Any], limit_gb: float | None
+) -> tuple[TrialRow | None, TrialRow | None]:
+    """The fastest ok trial that fits, near-ties (within noise) going to fidelity.
+
+    The sweep records its own pick (study attr ``best_trial``), which the report
+    prefers; this is the same rule (``autotune.core.verdict``), for a study that is
+    still running. Returns (winner, the faster trial it beat on fidelity, or None).
+    """
+    pairs = [(row, row.record()) for row in rows]
+    lookup = {id(rec): row for row, rec in pairs}
+    best, beaten = verdict.pick_winner([rec for _, rec in pairs], fidelity, limit_gb)
+    return (
+        lookup[id(best)] if best is not None else None,
+        lookup[id(beaten)] if beaten is not None else None,
+    )
+
+
+def beaten_on_fidelity(
+    best: TrialRow, rows: Sequence[TrialRow], fidelity: Mapping[str, Any], limit_gb: float | None
+) -> TrialRow | None:
+    """For the sweep's own pick: the faster trial within its noise that fidelity beat, if any."""
+    pairs = [(row, row.record()) for row in rows]
+    lookup = {id(rec): row for row, rec in pairs}
+    beaten = verdict.beaten_by_fidelity(best.record(), [rec for _, rec in pairs], fidelity, limit_gb)
+    return lookup[id(beaten)] if beaten is not None else None
+
+
+def oom_text(row: TrialRow) -> str:
+    """``tried 2.00 GiB with 1.12 GiB free of 79.60 GiB`` from the trial's OOM details."""
+    tried, free, total = row.get("oom_tried_gb"), row.get("oom_free_gb"), row.get("oom_total_gb")
+    if tried is None:
+        return ""
+    text = f"tried {_gb(tried)} GiB"
+    if free is not None:
+        text += f" with {_gb(free)} GiB free"
+        if total is not None:
+            text += f" of {_gb(total)} GiB"
+    return text
+
+
+def headroom_left(report: Report, row: TrialRow) -> float | None:
+    left = row.get("headroom_gb")
+    if isinstance(left, (int, float)):
+        return float(left)
+    peak = row.get("peak_vram_gb")
+    if isinstance(peak, (int, float)) and report.card_gb is not None:
+        return report.card_gb - float(peak)
+    return None

@@ -1,0 +1,48 @@
+"""Formatting the report's numbers and knob values: one spelling for every format."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """A number with ``digits`` significant digits, no exponent (table cells)."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int):
+        return str(x)
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    decimals = max(0, min(4, digits - 1 - math.floor(math.log10(abs(x)))))
+    return f"{x:.{decimals}f}"
+
+
+def gb(x: Any) -> str:
+    """Two decimals, as the trainer prints; tiny (emulated demo) figures keep three digits."""
+    if not isinstance(x, (int, float)):
+        return "—"
+    return f"{x:.2f}" if abs(x) >= 0.1 or x == 0 else f"{x:.3g}"
+
+
+def val(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def changes(changed: Mapping[str, tuple[Any, Any]]) -> str:
+    return ", ".join(f"{k} {val(a)} → {val(b)}" for k, (a, b) in changed.items())
+
+
+def trials_text(n: int) -> str:
+    return f"{n} trial" if n == 1 else f"{n} trials"

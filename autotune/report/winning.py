@@ -1,0 +1,122 @@
+"""The winning config and the command that launches it, from the sweep's own adapter."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.errors import AutotuneError, ReportError
+from autotune.report.model import Report
+from autotune.report.text import trials_text as _trials
+from autotune.trainers import Baseline, TrainerAdapter, get_adapter
+
+
+def _option_value(text: Any) -> Any:
+    """A trainer option as the study stores it (text) back to its value: lists, booleans, None."""
+    if isinstance(text, str) and (text[:1] in "[({" or text in ("True", "False", "None")):
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+    return text
+
+
+def adapter_for(report: Report) -> TrainerAdapter:
+    """The sweep's adapter, rebuilt with the trainer options it ran with (e.g. ``trainer_dir``)."""
+    options = {k: _option_value(v) for k, v in report.trainer_options.items()}
+    if options:
+        try:
+            return get_adapter(report.trainer, **options)
+        except AutotuneError:
+            pass  # options from another version of the adapter: the bare adapter still knows its format
+    return get_adapter(report.trainer)
+
+
+def config_suffix(adapter: TrainerAdapter) -> str:
+    """The winning config's file suffix: the trainer's own format (the adapter says which)."""
+    return adapter.config_suffix
+
+
+def add_command(report: Report, report_dir: Path, best_config_path: Path | None) -> None:
+    if report.best is None:
+        return
+    try:
+        adapter = adapter_for(report)
+    except AutotuneError as exc:
+        report.warnings.append(f"No launch command: {exc}")
+        return
+    path = best_config_path or report_dir / f"best-config{config_suffix(adapter)}"
+    report.best_config_path = str(path)
+    kwargs: dict[str, Any] = {}
+    try:
+        accepts = inspect.signature(adapter.training_command).parameters
+    except (TypeError, ValueError):
+        accepts = {}  # type: ignore[assignment]
+    if "baseline" in accepts and report.config_path:
+        # Adapters that launch several GPUs or read the trainer dir from the config want the whole picture.
+        try:
+            kwargs["baseline"] = adapter.load_baseline(Path(report.config_path))
+        except AutotuneError:
+            pass
+        else:
+            if "params" in accepts:
+                kwargs["params"] = report.best.params
+            if "gradient_accumulation_steps" in accepts:
+                kwargs["gradient_accumulation_steps"] = _best_gas(report)
+    try:
+        report.command = adapter.training_command(path, **kwargs)
+    except AutotuneError as exc:
+        report.warnings.append(f"No launch command: {exc}")
+
+
+def _best_gas(report: Report) -> int:
+    gas = report.best.get("gradient_accumulation_steps") if report.best is not None else None
+    if isinstance(gas, int):
+        return gas
+    return int(report.baseline_params.get("gradient_accumulation_steps") or 1)
+
+
+def load_baseline(report: Report) -> tuple[TrainerAdapter, Baseline]:
+    """The adapter and the baseline config the sweep started from, as it is on disk now."""
+    adapter = adapter_for(report)
+    baseline = adapter.load_baseline(Path(report.config_path) if report.config_path else None)
+    return adapter, baseline
+
+
+def winning_config(report: Report, expected_hash: str | None = None) -> str:
+    """The winning config in the trainer's own format: the baseline with only the winning knobs changed."""
+    best = report.best
+    if best is None:
+        raise ReportError(
+            f"study {report.study!r} has no config that fit yet ({_trials(report.finished)} finished, "
+            f"{report.running} running); nothing to write"
+        )
+    adapter, baseline = load_baseline(report)
+    if expected_hash and not _hash_matches(expected_hash, baseline):
+        report.warnings.append(
+            f"The baseline config {report.config_path} seems to have changed since the sweep measured it "
+            "(its hash differs from the study's): the written config carries those changes too."
+        )
+    return adapter.final_config(baseline, best.params, gradient_accumulation_steps=_best_gas(report))
+
+
+def _hash_matches(expected: str, baseline: Baseline) -> bool:
+    """Whether ``expected`` (hex, maybe ``sha256:``-prefixed or shortened) is the baseline's hash."""
+    want = expected.split(":", 1)[-1].strip().lower()
+    if len(want) < 8:
+        return True  # too short to judge
+    texts = [baseline.text, json.dumps(baseline.data, sort_keys=True, default=str)]
+    return any(hashlib.sha256(t.encode("utf-8")).hexdigest().startswith(want) for t in texts)
+
+
+def settings_hash(study: optuna.Study) -> str | None:
+    settings = study.user_attrs.get("settings") or {}
+    value = settings.get("base_config_hash") if isinstance(settings, Mapping) else None
+    return str(value) if value else None

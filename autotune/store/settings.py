@@ -1,0 +1,55 @@
+"""Is a stored study the same sweep? Its settings, compared with this run's, in words.
+
+Why a module of its own: a resume with other settings (steps, headroom, card, knobs) would
+mix incomparable trials in one study, so it is refused, and the refusal must name every
+difference the way a user reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: Settings that describe the run, not the sweep: they may differ on resume.
+INFORMATIONAL_SETTINGS = frozenset({"config_path"})
+
+
+def settings_diff(stored: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Human lines naming every setting that differs, like ``steps: the study has 30, this run 50``."""
+    lines: list[str] = []
+    for key in sorted(set(stored) | set(current), key=str):
+        if not prefix and key in INFORMATIONAL_SETTINGS:
+            continue
+        name = f"{prefix}{key}"
+        a, b = stored.get(key, _MISSING), current.get(key, _MISSING)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            lines.extend(settings_diff(a, b, name + "."))
+        elif _norm(a) != _norm(b):
+            lines.append(f"{name}: the study has {_show(a)}, this run {_show(b)}")
+    return lines
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(not set)"
+
+
+_MISSING = _Missing()
+
+
+def _norm(value: Any) -> Any:
+    """Compare JSON round-tripped values: tuples and lists alike, ints and equal floats alike."""
+    if isinstance(value, (list, tuple)):
+        return [_norm(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _norm(v) for k, v in value.items()}
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "(not set)"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 120 else text[:117] + "..."
