@@ -244,7 +244,7 @@ def _fraction(text: str) -> float:
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
     from autotune.core.units import format_duration
-    from autotune.sweep.defaults import (
+    from autotune.sweep.options import (
         DEFAULT_HEADROOM,
         DEFAULT_MAX_BATCH_SIZE,
         DEFAULT_STALL_TIMEOUT_S,
@@ -375,7 +375,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep_options(args: argparse.Namespace) -> Any:
-    from autotune.sweep.engine import SweepOptions
+    from autotune.sweep.options import SweepOptions
     from autotune.trainers import adapter_class, adapter_names
 
     templated = [name for name in adapter_names() if adapter_class(name).takes_template]
@@ -417,7 +417,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     import optuna
 
     from autotune.errors import SweepInterrupted
-    from autotune.sweep.shared import run_sweep
+    from autotune.sweep.api import run_sweep
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # autotune prints its own progress
     opts = _sweep_options(args)
@@ -529,7 +529,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     import optuna
 
     from autotune.errors import SweepInterrupted
-    from autotune.sweep.shared import run_worker
+    from autotune.sweep.api import run_worker
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:

@@ -12,8 +12,9 @@ Two modes, side by side in one table:
 - ``real``: through the real orchestrator: ``autotune sweep --trainer command --cmd
   "PYTHON tests/fakes/sim_trainer.py ..."`` with real trial subprocesses and a real SQLite
   study per landscape; the simulated seconds are read back from each trial's metrics file
-  (never wall time). Our strategy runs as shipped; a competitor runs in the same loop with
-  the sweep's strategy class swapped (the hidden ``_sweep-with`` entry below).
+  (never wall time). Our strategy runs as shipped; a competitor runs in the same loop, handed
+  to the sweep through its strategy seam (``run_sweep(strategy_factory=...)``, from the hidden
+  ``_sweep-with`` entry below).
 
 Figures per strategy: share of landscapes where its pick is the true best (within 3 % of the
 true best's samples/s; the true best is the fastest point that fits under the landscape's
@@ -265,11 +266,28 @@ def sweep_with(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv[:cut])
     rest = argv[cut + 1 :]
-    import autotune.core.strategy
-    from autotune import cli
+    import optuna
 
-    autotune.core.strategy.Strategy = factory(args.name, tpe_budget=args.tpe_budget, seed=args.seed)  # type: ignore[misc,assignment]
-    return int(cli.main(rest) or 0)
+    from autotune import cli
+    from autotune.errors import AutotuneError, SweepInterrupted
+    from autotune.sweep.api import run_sweep
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    parsed = cli.build_parser().parse_args(rest)
+    try:  # the sweep as ``autotune sweep`` runs it, with this strategy through the sweep's seam
+        run_sweep(
+            cli._sweep_options(parsed),
+            parallel=parsed.parallel,
+            lease_s=parsed.lease,
+            strategy_factory=factory(args.name, tpe_budget=args.tpe_budget, seed=args.seed),
+        )
+    except SweepInterrupted as exc:
+        print(str(exc), file=sys.stderr)
+        return cli.EXIT_INTERRUPTED
+    except AutotuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return cli.EXIT_OK
 
 
 # --- the table ----------------------------------------------------------------------------------

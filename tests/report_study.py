@@ -18,8 +18,9 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 from sqlalchemy import event
 
-from autotune.config.yamlconf import RoundTripConfig, load_yaml
+from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
+from autotune.core.yamltext import load_yaml
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
 

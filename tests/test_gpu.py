@@ -15,9 +15,9 @@ import pytest
 
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.monitor import ResourceMonitor
-from autotune.execution.proctree import MARK_VAR, end_orphaned_trial, is_alive
+from autotune.execution.proctree import MARK_VAR, end_orphaned_trial, is_alive, kill_tree
 from autotune.execution.runner import RunLimits, run_trial
-from autotune.gpu.drain import GpuBusyError, describe_holders, kill_tree, used_bytes, wait_for_drain
+from autotune.gpu.drain import GpuBusyError, describe_holders, used_bytes, wait_for_drain
 from autotune.gpu.nvml import GIB, DeviceInfo
 from tests.conftest import FAKES
 

@@ -28,8 +28,8 @@ from autotune.errors import StudyMismatchError, UsageError
 from autotune.store import optuna_private as op
 from autotune.store.claims import ClaimBook
 from autotune.store.storage import open_storage
-from autotune.sweep.engine import SweepOptions
-from autotune.sweep.shared import OPTIONS_ATTR, run_sweep, run_worker
+from autotune.sweep.api import run_sweep, run_worker
+from autotune.sweep.options import OPTIONS_ATTR, SweepOptions
 from tests.conftest import FAKES, REPO
 from tests.fake_nvml import A6000, FakeNvml, fake_uuid
 
@@ -413,21 +413,22 @@ def test_a_pinned_worker_judges_its_own_card_and_refuses_multi_gpu_trials(
     tmp_path: Path, gpus_per_trial: int, refused: bool
 ) -> None:
     from autotune.gpu.probe import probe
-    from autotune.sweep.shared import SharedSweep
+    from autotune.sweep.setup import pick_card, trial_env
+    from autotune.trainers import get_adapter
     from autotune.trainers.base import Baseline
 
     nvml = FakeNvml([CARD, CARD])
     second = probe(lambda: nvml, env={}).gpus[1]
-    worker = SharedSweep(_opts(tmp_path, "sqlite://"), nvml=nvml, pin=second, stream=io.StringIO())
-    worker.nvml = nvml
+    opts = _opts(tmp_path, "sqlite://")
     baseline = Baseline(trainer="command", text="", data={}, num_gpus=gpus_per_trial)
+    adapter = get_adapter("command", template=TEMPLATE)
     if refused:
         with pytest.raises(UsageError, match="launches each trial on 2 GPUs"):
-            worker._card(baseline)
+            pick_card(opts, adapter, baseline, nvml, pin=second)
         return
-    card = worker._card(baseline)
+    card = pick_card(opts, adapter, baseline, nvml, pin=second)
     assert (card.count, card.indices, card.vram_gb) == (1, (1,), CARD_GB)
-    assert worker._trial_env() == {"CUDA_VISIBLE_DEVICES": fake_uuid(1)}
+    assert trial_env(second) == {"CUDA_VISIBLE_DEVICES": fake_uuid(1)}
 
 
 def test_a_second_sweep_on_this_machine_is_refused_but_a_worker_joins(

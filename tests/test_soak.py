@@ -35,7 +35,8 @@ DRIVER = """
 import sys
 from pathlib import Path
 import optuna
-from autotune.sweep.engine import Sweep, SweepOptions
+from autotune.sweep.api import run_sweep
+from autotune.sweep.options import SweepOptions
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 workdir, knobs, base, template, trials = sys.argv[1:6]
 opts = SweepOptions(
@@ -43,7 +44,7 @@ opts = SweepOptions(
     knob_file=Path(knobs), vram_gb=16, steps=3, max_batch_size=1, max_trials=int(trials),
     trial_timeout_s=60, stall_timeout_s=60,
 )
-result = Sweep(opts).run()
+result = run_sweep(opts, claims=False)
 print(f"trials_run={result.trials_run} stop={result.stop_reason}")
 """
 

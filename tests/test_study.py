@@ -144,14 +144,15 @@ def test_trials_record_params_attrs_and_states(tmp_path: Path) -> None:
     params = {"quantization": None, "batch_size": 2, "gradient_checkpointing": True}
     t = s.start_trial(params, DISTS, {"pid": 1})
     assert t.state == TrialState.RUNNING and t.params["quantization"] == "none"
-    s.finish_trial(t, {"outcome": "ok", "samples_per_s": 3.5}, 3.5)
+    measured = {"outcome": "ok", "samples_per_s": 3.5, "peak_vram_gb": 1.0, "fits": True}
+    s.finish_trial(t, measured, 3.5)
     t2 = s.start_trial({**params, "batch_size": 4}, DISTS, {})
     s.finish_trial(t2, {"outcome": "oom", "oom_tried_gb": 2.0}, None)
     t3 = s.start_trial({**params, "batch_size": 8}, DISTS, {})
     s.finish_trial(t3, {"outcome": "nan"}, 1.0)  # a value is never enough: only ok completes
     done = {t.number: t for t in s.trials()}
     assert done[0].state == TrialState.COMPLETE and done[0].value == 3.5
-    assert done[0].user_attrs == {"pid": 1, "outcome": "ok", "samples_per_s": 3.5}
+    assert done[0].user_attrs == {"pid": 1, **measured}
     assert done[1].state == TrialState.FAIL and done[1].user_attrs["oom_tried_gb"] == 2.0
     assert done[2].state == TrialState.FAIL
     assert s.study.best_trial.number == 0

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import GpuBusyError, UnsupportedCardError
-from autotune.sweep.engine import Sweep, SweepOptions
+from autotune.sweep.api import run_sweep
+from autotune.sweep.options import SweepOptions
 from tests.conftest import FAKES
 from tests.fake_nvml import RTX4090, FakeNvml
 
@@ -49,7 +50,7 @@ def test_the_smallest_visible_gpu_is_the_card_and_it_drains_between_trials(fake_
     opts = SweepOptions(
         trainer="command", cmd=TEMPLATE, workdir=fake_env / "runs", steps=20, max_batch_size=2, max_trials=3
     )
-    result = Sweep(opts, stream=out, tty=False, nvml=nvml).run()
+    result = run_sweep(opts, stream=out, tty=False, nvml=nvml, claims=False)
     assert result.trials_run == 3 and result.stop_reason == "max-trials (3) reached"
     text = out.getvalue()
     assert "card NVIDIA Fake 16GB (16.00 GB): fits at <= 14.40 GB (10% headroom)" in text
@@ -66,7 +67,7 @@ def test_a_card_that_does_not_drain_stops_the_sweep_naming_it(fake_env: Path) ->
         drain_timeout_s=0.5,
     )
     with pytest.raises(GpuBusyError):
-        Sweep(opts, stream=io.StringIO(), tty=False, nvml=DrainingNvml(stuck=True)).run()
+        run_sweep(opts, stream=io.StringIO(), tty=False, nvml=DrainingNvml(stuck=True), claims=False)
     assert len((fake_env / "launches.jsonl").read_text().splitlines()) == 1  # no trial ran into a busy card
 
 
@@ -74,5 +75,5 @@ def test_ltx2_below_32gb_is_refused_unless_forced(ltx2_fixtures: Path, tmp_path:
     config = ltx2_fixtures / "t2v_lora_low_vram.yaml"
     opts = SweepOptions(trainer="ltx2", config=config, workdir=tmp_path / "runs")
     with pytest.raises(UnsupportedCardError, match=r"requires a 32 GB card.*--force"):
-        Sweep(opts, stream=io.StringIO(), tty=False, nvml=FakeNvml([RTX4090])).run()
+        run_sweep(opts, stream=io.StringIO(), tty=False, nvml=FakeNvml([RTX4090]), claims=False)
     assert not (tmp_path / "runs").exists()

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from autotune.cli import build_parser, main
+from autotune.core import verdict
 from autotune.core.metrics import TrialMetrics
-from autotune.sweep import engine as sw
+from autotune.sweep import naming as sw
+from autotune.sweep import options as opt
 from autotune.sweep.progress import Progress
 
 
@@ -43,7 +45,7 @@ def test_accumulation_keeps_effective_batch_where_it_can(
     ],
 )
 def test_samples_per_s(metrics: TrialMetrics, effective: int, expected: float | None) -> None:
-    assert sw.samples_per_s(metrics, effective) == expected
+    assert verdict.samples_per_s(metrics, effective) == expected
 
 
 @pytest.mark.parametrize(
@@ -54,7 +56,8 @@ def test_fit_is_judged_on_the_larger_peak(
     trainer: float | None, measured: float | None, expected: float | None
 ) -> None:
     assert (
-        sw.judged_peak(TrialMetrics(trainer_peak_vram_gb=trainer, measured_peak_vram_gb=measured)) == expected
+        verdict.judged_peak(TrialMetrics(trainer_peak_vram_gb=trainer, measured_peak_vram_gb=measured))
+        == expected
     )
 
 
@@ -69,7 +72,7 @@ def test_fit_is_judged_on_the_larger_peak(
     ],
 )
 def test_fits(peak: float | None, card: float, headroom: float, expected: bool | None) -> None:
-    assert sw.fits(peak, card, headroom) is expected
+    assert verdict.fits(peak, card, headroom) is expected
 
 
 @pytest.mark.parametrize(
@@ -98,12 +101,12 @@ def test_label(params: dict[str, Any], expected: str) -> None:
 @pytest.mark.parametrize(
     ("opts", "expected"),
     [
-        (sw.SweepOptions.demo_defaults(), "demo"),
-        (sw.SweepOptions(trainer="ltx2", config=Path("/x/my plan.yaml")), "ltx2-my-plan"),
-        (sw.SweepOptions(trainer="command"), "command-default"),
+        (opt.SweepOptions.demo_defaults(), "demo"),
+        (opt.SweepOptions(trainer="ltx2", config=Path("/x/my plan.yaml")), "ltx2-my-plan"),
+        (opt.SweepOptions(trainer="command"), "command-default"),
     ],
 )
-def test_default_study_name_is_stable(opts: sw.SweepOptions, expected: str) -> None:
+def test_default_study_name_is_stable(opts: opt.SweepOptions, expected: str) -> None:
     assert sw.default_study_name(opts) == expected
 
 
@@ -199,8 +202,8 @@ def test_no_arguments_is_the_demo() -> None:
 
     opts = _sweep_options(build_parser().parse_args(["sweep"]))
     assert opts.demo and opts.trainer == "reference" and opts.study == "demo"
-    assert opts.steps == sw.DEMO_STEPS and opts.max_batch_size == sw.DEMO_MAX_BATCH_SIZE
-    assert opts.headroom == sw.DEFAULT_HEADROOM
+    assert opts.steps == opt.DEMO_STEPS and opts.max_batch_size == opt.DEMO_MAX_BATCH_SIZE
+    assert opts.headroom == opt.DEFAULT_HEADROOM
 
 
 def test_flags_reach_the_options() -> None:

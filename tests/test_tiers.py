@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config.yamlconf import load_yaml
+from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError
 from autotune.gpu.tiers import TIER_IDS, TierTable, classify, load_tier_table, nominal_class
 

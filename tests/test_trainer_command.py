@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config.yamlconf import load_yaml
+from autotune.core.yamltext import load_yaml
 from autotune.errors import UsageError
 from autotune.trainers import get_adapter
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config.yamlconf import dotted_items, load_yaml
+from autotune.config.yamlconf import dotted_items
+from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers import get_adapter

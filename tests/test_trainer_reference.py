@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config.yamlconf import load_yaml
+from autotune.core.yamltext import load_yaml
 from autotune.trainers import get_adapter
 
 REPO = Path(__file__).resolve().parent.parent

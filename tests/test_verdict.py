@@ -233,3 +233,28 @@ def test_measured_attrs_of_an_oom_keep_its_figures() -> None:
         "oom_tried_gb": 2.0,
         "oom_free_gb": 1.1235,
     }
+
+
+@pytest.mark.parametrize(
+    ("fit", "peak", "expected"),
+    [
+        (True, 9.0, -1.8),  # under the 10.8 GB line: feasible, by how much
+        (False, 11.5, 0.7),  # over it
+        (True, 10.8, 0.0),  # on the line fits
+        (None, None, 1.2),  # unknown fit: the most a finished run could be over (card - line)
+        (False, None, 1.2),  # a recorded misfit with no peak kept: as unknown, never feasible
+        (True, None, 0.0),  # a recorded fit with no peak kept: feasible
+        (True, 10.8000001, 0.0),  # the verdict's rounding decides the side, never Optuna's
+        (False, 10.79, 0.001),  # likewise: a recorded misfit is never feasible
+    ],
+)
+def test_fit_constraint_is_over_the_line_with_the_verdicts_sign(
+    fit: bool | None, peak: float | None, expected: float
+) -> None:
+    value = verdict.fit_constraint(fit, peak, verdict.fit_limit_gb(12.0, 0.1), 12.0)
+    assert value == pytest.approx(expected, abs=1e-6)
+    assert (value <= 0) == (fit is True)
+
+
+def test_an_unknown_fit_is_infeasible_even_with_no_headroom() -> None:
+    assert verdict.fit_constraint(None, None, verdict.fit_limit_gb(12.0, 0.0), 12.0) > 0

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from autotune.config.yamlconf import RoundTripConfig, dotted_items, load_yaml
+from autotune.config.yamlconf import RoundTripConfig, dotted_items
+from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError
 
 BASE = """\

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.config.yamlconf import load_yaml
 from autotune.core.space import ParamValue, Space
+from autotune.core.yamltext import load_yaml
 from autotune.errors import AutotuneError, ConfigError
 
 #: Preferred values for near-ties when the trainer's knob file names none (or cannot be read).

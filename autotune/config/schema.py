@@ -19,7 +19,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from autotune.config.yamlconf import load_yaml
+from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError
 
 ANY = "any"

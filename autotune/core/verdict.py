@@ -60,6 +60,27 @@ def fits(peak_gb: float | None, card_gb: float, headroom: float) -> bool | None:
     return judge_fit(None, peak_gb, fit_limit_gb(card_gb, headroom))
 
 
+#: The least an unknown fit counts over the line, so it is never feasible even with no headroom.
+_UNKNOWN_OVER_GB = 0.001
+
+
+def fit_constraint(fit: bool | None, peak_gb: float | None, limit_gb: float, card_gb: float) -> float:
+    """Optuna's constraint value for fit: GB of judged peak above the headroom line (feasible <= 0).
+
+    Why: Optuna's own tools (``study.best_trial``, ``optuna best-trial``, the dashboard,
+    constrained samplers) know fit only through this number. ``fit`` (the verdict's, as
+    recorded) decides the side of zero, so Optuna never disagrees with autotune on what fits;
+    the value says by how much. An unknown fit is not a fit: it counts as the most a run that
+    finished could have been over (the card less the line), and never as feasible.
+    """
+    if fit is None or (fit is False and peak_gb is None):
+        return round(max(card_gb - limit_gb, _UNKNOWN_OVER_GB), 6)
+    if peak_gb is None:  # recorded as fitting, with no peak kept
+        return 0.0
+    over = peak_gb - limit_gb
+    return round(min(over, 0.0) if fit else max(over, _UNKNOWN_OVER_GB), 6)
+
+
 def judged_peak(metrics: TrialMetrics) -> float | None:
     """The peak VRAM that fit is judged on: the larger of the trainer's and ours (either may miss peaks)."""
     peaks = [p for p in (metrics.trainer_peak_vram_gb, metrics.measured_peak_vram_gb) if p is not None]

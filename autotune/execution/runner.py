@@ -109,20 +109,23 @@ def run_trial(
     monitor: ResourceMonitor | None = None,
     stop: threading.Event | None = None,
     on_output: Callable[[str], None] | None = None,
+    on_start: Callable[[ProcessRecord], None] | None = None,
 ) -> RunResult:
     """Run one trial to its end and record it in ``trial_dir``.
 
     Writes ``command.sh``, ``env.json`` (added env, secrets redacted),
     ``process.json`` (pid and environment mark, for ending orphans on resume),
     ``stdout.log``, ``stderr.log`` and ``memory.csv``. ``on_output`` gets each
-    output line (both streams) as it arrives. Without ``monitor``, host memory
+    output line (both streams) as it arrives; ``on_start`` the started process, once,
+    right after ``process.json`` is written (on the runner's thread: keep it quick,
+    it delays the reading of the trial's output). Without ``monitor``, host memory
     alone is sampled. Raises ``LaunchError`` when the command cannot start, and
     ``TrialOutputError`` when the trial folder cannot be written (the trial's
     processes are ended first).
     """
     trial_dir = Path(trial_dir)
     try:
-        return _Trial(spec, trial_dir, limits, monitor or ResourceMonitor(), stop, on_output).run()
+        return _Trial(spec, trial_dir, limits, monitor or ResourceMonitor(), stop, on_output, on_start).run()
     except OSError as exc:  # Popen's own errors are LaunchError; this is the folder
         raise output_error(exc, trial_dir) from exc
 
@@ -158,10 +161,12 @@ class _Trial:
         monitor: ResourceMonitor,
         stop: threading.Event | None,
         on_output: Callable[[str], None] | None,
+        on_start: Callable[[ProcessRecord], None] | None = None,
     ) -> None:
         self.spec, self.dir, self.limits, self.monitor = spec, trial_dir, limits, monitor
         self.stop = stop or threading.Event()
         self.on_output = on_output
+        self.on_start = on_start
         self.tail = bytearray()
         self.total_bytes = 0
         self.notable: list[bytes] = []
@@ -209,13 +214,16 @@ class _Trial:
                 ) from exc
             t0 = time.monotonic()
             self.last_output = t0
-            write_process_file(self.dir, ProcessRecord(proc.pid, mark, started_wall))
+            record = ProcessRecord(proc.pid, mark, started_wall)
+            write_process_file(self.dir, record)
             tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall)
             assert proc.stdout is not None and proc.stderr is not None
             streams = [_Stream("stdout", proc.stdout, out_log), _Stream("stderr", proc.stderr, err_log)]
             self.monitor.start(tree, self.dir / "memory.csv")
             survivors: list[int] = []
             try:
+                if self.on_start is not None:  # inside: a callback that raises leaves no process behind
+                    self.on_start(record)
                 survivors = self._loop(proc, tree, streams, t0)
             finally:
                 if proc.poll() is None or tree.alive():  # an exception (Ctrl-C) in the loop: leave nothing

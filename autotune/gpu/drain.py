@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import psutil
 
 from autotune.errors import GpuBusyError
-from autotune.execution.proctree import kill_tree
 from autotune.gpu.nvml import GIB, Nvml
 
-__all__ = ["DEFAULT_TOLERANCE_BYTES", "GpuBusyError", "kill_tree", "used_bytes", "wait_for_drain"]
+__all__ = ["DEFAULT_TOLERANCE_BYTES", "GpuBusyError", "used_bytes", "wait_for_drain"]
 
 DEFAULT_TOLERANCE_BYTES = (
     512 * 1024**2

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from autotune.config.yamlconf import load_yaml
+from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError
 
 TIER_IDS = ("below-32GB", "32GB", "40-60GB", "80GB+")

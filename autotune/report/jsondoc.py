@@ -58,6 +58,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "baseline": _json_pick(r.baseline),
         "best": _json_pick(r.best),
         "speedup": r.speedup,
+        "optuna_best_trial": r.optuna_best,  # what `optuna best-trial` answers (fit as a constraint)
         "command": r.command,
         "best_config_path": r.best_config_path,
         "warnings": r.warnings,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.knobs import trainer_fidelity
 from autotune.core.space import same_param
@@ -185,6 +186,7 @@ def build_report(
             if points:
                 report.timelines[r.number] = points
 
+    report.optuna_judges_fit, report.optuna_best = optuna_best(trials)
     _add_warnings(report, beaten, base_eff)
     add_command(report, report_dir, best_config_path)
     return report
@@ -221,6 +223,48 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any) -> Non
             f"{_fmt(best.get('samples_per_s'))}, within the measured noise; the winner keeps "
             "higher-fidelity settings."
         )
+    if report.optuna_judges_fit and report.optuna_best != best.number:
+        w.append(_optuna_differs(report, best, beaten))
+
+
+def optuna_best(trials: Sequence[FrozenTrial]) -> tuple[bool, int | None]:
+    """(whether Optuna's tools judge fit here, the trial ``optuna best-trial`` answers).
+
+    As ``Study.best_trial`` does: once any trial carries constraint values, the fastest
+    COMPLETE trial whose values are all <= 0 (the earliest among equals); else no verdict.
+    """
+    if not any(t.constraints for t in trials):
+        return False, None
+    feasible = [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE
+        and t.value is not None
+        and all(v <= 0 for v in t.constraints.values())
+    ]
+    if not feasible:
+        return True, None
+    return True, max(feasible, key=lambda t: (t.value, -t.number)).number
+
+
+def _optuna_differs(report: Report, best: TrialRow, beaten: TrialRow | None) -> str:
+    """One line naming both trials when Optuna's own best is not autotune's winner."""
+    n = report.optuna_best
+    tools = "Optuna's own best (`optuna best-trial`, `study.best_trial`)"
+    if n is None:
+        return (
+            f"{tools} finds no feasible trial, while the winner is trial {best.number}: its fit was not "
+            "measured (no peak VRAM figure), and Optuna counts an unmeasured fit as not fitting."
+        )
+    row = next((r for r in report.trials if r.number == n), None)
+    speed = f" ({_fmt(row.get('samples_per_s'))} samples/s)" if row is not None else ""
+    if beaten is not None and beaten.number == n:
+        why = "a near-tie decided for fidelity (above)."
+    elif best.record().fits is None:
+        why = "the winner's fit was not measured, and Optuna counts an unmeasured fit as not fitting."
+    else:
+        why = "they rank equal measures in a different order."
+    return f"{tools} is trial {n}{speed}, not the winner, trial {best.number}: {why}"
 
 
 def _adapter_notes(report: Report) -> list[str]:

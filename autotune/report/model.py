@@ -82,6 +82,10 @@ class Report:
     confirmed_by: int | None = None  # the longer re-run that confirmed the winner
     trainer_options: dict[str, Any] = field(default_factory=dict)  # how the sweep built its adapter
     baseline_effective_batch: int | None = None
+    #: Optuna's own feasible best (what ``optuna best-trial`` answers); ``None``: none, or a study
+    #: stored before trials carried fit constraints (see ``optuna_best``).
+    optuna_best: int | None = None
+    optuna_judges_fit: bool = False
 
     @property
     def card_gb(self) -> float | None:

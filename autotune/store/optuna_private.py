@@ -9,7 +9,8 @@ touches a name of Optuna's that starts with ``_`` or an undocumented attribute.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,46 @@ def engine(storage: RDBStorage) -> Engine:
     """
     eng: Engine = storage.engine
     return eng
+
+
+#: The trial system attr Optuna's constrained samplers write (``optuna.study._constrained_optimization
+#: ._CONSTRAINTS_KEY``): a list of floats, the trial feasible when all are <= 0.
+CONSTRAINTS_KEY = "constraints"
+
+
+def set_trial_constraints(storage: RDBStorage, trial_id: int, values: Sequence[float]) -> None:
+    """Store a trial's constraint values the way Optuna's constrained samplers do.
+
+    Why: ``study.best_trial``, ``optuna best-trial`` and ``optuna-dashboard`` rank only feasible
+    trials once any trial has constraints, and read them from this private key (the dashboard
+    reads only this list form, not ``Trial.set_constraint``'s ``constraints:<name>`` keys).
+    Written with Optuna's own ORM model (``optuna.storages._rdb.models``), because its public
+    ``set_trial_system_attr`` refuses a finished trial and a resume fills the values in on
+    trials stored before they existed. A race with another writer of the same trial (both
+    inserting) is ignored: both computed the same value from the same stored record. If the
+    key is renamed, Optuna's tools rank too-big trials again (``tests/test_optuna_tools.py``
+    fails); if the model moves, this fails with ``ImportError`` or ``AttributeError``.
+    """
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    value_json = json.dumps([float(v) for v in values])
+    with _create_scoped_session(storage.scoped_session, True) as session:
+        model = models.TrialSystemAttributeModel
+        row = (
+            session.query(model)
+            .filter(model.trial_id == trial_id, model.key == CONSTRAINTS_KEY)
+            .one_or_none()
+        )
+        if row is None:
+            session.add(model(trial_id=trial_id, key=CONSTRAINTS_KEY, value_json=value_json))
+        else:
+            row.value_json = value_json
+
+
+def has_constraints(trial: FrozenTrial) -> bool:
+    """Whether a stored trial carries constraint values (see ``set_trial_constraints``)."""
+    return CONSTRAINTS_KEY in trial.system_attrs
 
 
 def set_trial_user_attrs(storage: RDBStorage, trial_id: int, attrs: Mapping[str, Any]) -> None:

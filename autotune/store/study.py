@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from autotune.core import verdict
 from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import to_study_value
@@ -34,6 +36,8 @@ from autotune.store.identity import ProcessIdentity
 from autotune.store.recovery import Recovered, is_interrupted
 from autotune.store.settings import settings_diff
 
+#: The name of the study's value, for Optuna's tools (the dashboard's axis, ``optuna`` CLI).
+METRIC_NAME = "samples_per_s"
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -127,6 +131,10 @@ class SweepStudy:
         except Exception as exc:
             raise StorageError(f"cannot create or load study {name!r}: {type(exc).__name__}: {exc}") from None
         handle = cls(storage, study)
+        if study.metric_names != [METRIC_NAME]:  # the dashboard's axis says what the value is
+            with warnings.catch_warnings():  # "experimental" since Optuna 3.2; nothing for our user to do
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names([METRIC_NAME])
         stored = study.user_attrs.get("settings")
         if existed and stored is not None:
             diff = settings_diff(stored, settings)
@@ -141,7 +149,32 @@ class SweepStudy:
             study.set_user_attr("settings", dict(settings))
             if workdir is not None:
                 study.set_user_attr("workdir", str(workdir.resolve()))
+        if existed:
+            handle.fill_in_constraints()
         return handle, existed and stored is not None
+
+    # Optuna's view of fit
+
+    def fit_constraint(self, attrs: Mapping[str, Any]) -> float:
+        """The Optuna constraint value of a trial with these attrs (``verdict.fit_constraint``),
+        on the card and headroom the study was started with."""
+        settings = self.user_attrs.get("settings") or {}
+        card_gb = float((settings.get("card") or {}).get("vram_gb") or 0.0)
+        limit = verdict.fit_limit_gb(card_gb, float(settings.get("headroom") or 0.0))
+        record = TrialRecord(-1, attrs=dict(attrs))
+        return verdict.fit_constraint(verdict.record_fits(record, limit), record.peak_vram_gb, limit, card_gb)
+
+    def fill_in_constraints(self) -> int:
+        """Give every finished trial stored without a fit constraint (a study made before they
+        were written) its value, so Optuna's tools judge old trials as new ones; returns how many."""
+        filled = 0
+        for t in self.trials():
+            if t.state.is_finished() and not op.has_constraints(t):
+                op.set_trial_constraints(self.storage, op.trial_id(t), [self.fit_constraint(t.user_attrs)])
+                filled += 1
+        if filled:
+            self.refresh()
+        return filled
 
     @classmethod
     def load(cls, storage: RDBStorage, name: str | None) -> SweepStudy:
@@ -266,8 +299,10 @@ class SweepStudy:
         self._reread(op.trial_id(trial))
 
     def finish_trial(self, trial: FrozenTrial, attrs: Mapping[str, Any], value: float | None) -> FrozenTrial:
-        """Write the trial's user attrs, then COMPLETE with ``value`` (measured ok) or FAIL."""
+        """Write the trial's user attrs and its fit constraint, then COMPLETE with ``value``
+        (measured ok) or FAIL."""
         op.set_trial_user_attrs(self.storage, op.trial_id(trial), attrs)
+        op.set_trial_constraints(self.storage, op.trial_id(trial), [self.fit_constraint(attrs)])
         if value is not None and attrs.get("outcome") == Outcome.OK.value:
             finished = self.study.tell(trial.number, value, state=TrialState.COMPLETE)
         else:

@@ -23,9 +23,10 @@ from typing import Any, ClassVar
 
 import yaml
 
-from autotune.config.yamlconf import RoundTripConfig, load_yaml, read_config_text
+from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
+from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter

@@ -14,8 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from autotune.config.yamlconf import RoundTripConfig, load_yaml
+from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
+from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.trainers.base import Baseline
 from autotune.trainers.common import take_options

@@ -29,8 +29,9 @@ from typing import Any, ClassVar
 
 import yaml
 
-from autotune.config.yamlconf import load_yaml, read_config_text
+from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import TrialMetrics
+from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, is_secret_name, redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter

@@ -1,6 +1,6 @@
 """A worker process for the claims tests: the real claim/heartbeat/record path, a toy strategy.
 
-The path is the sweep's own (``autotune.sweep.shared.ClaimedStudy``): ``claim_next``, then
+The path is the sweep's own (``autotune.sweep.scheduler.ClaimedScheduler``): ``claim_next``, then
 ``SweepStudy.start_trial`` + ``attach_or_fail``, a ``Heartbeat`` while it runs, then ``renew``
 + ``SweepStudy.finish_trial`` + ``finish``.
 

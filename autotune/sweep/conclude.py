@@ -1,0 +1,153 @@
+"""The sweep's conclusion: the winner, its confirmation, what was ruled out, the reports, the result.
+
+Only the sweep that started a study concludes it; workers leave it to that sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.core import verdict
+from autotune.core.outcome import Outcome
+from autotune.core.record import TrialRecord
+from autotune.core.space import Candidate, Space
+from autotune.errors import AutotuneError
+from autotune.store import study as st
+from autotune.store.recovery import is_interrupted
+from autotune.sweep.history import observations
+from autotune.sweep.options import CONFIRM_ATTEMPTS, CONFIRM_STEPS_FACTOR, SweepResult
+from autotune.sweep.progress import Progress
+from autotune.sweep.setup import SearchStrategy
+
+#: Runs the winner's confirmation trial: ``(candidate, steps, extra user attrs)``.
+RunConfirmation = Callable[[Candidate, int, dict[str, Any]], FrozenTrial]
+
+
+def fastest_fitting(study: st.SweepStudy, space: Space) -> FrozenTrial | None:
+    """The winner so far by the verdict's rule (the progress view's best)."""
+    records = [TrialRecord.from_trial(t) for t in study.trials((TrialState.COMPLETE,))]
+    best, _ = verdict.pick_winner(records, space.fidelity, None)
+    return study.trial(best.number) if best is not None else None
+
+
+def pick_best(study: st.SweepStudy, space: Space, strategy: SearchStrategy) -> int | None:
+    """The strategy's winner as a trial number (the latest non-confirm trial of that candidate)."""
+    pairs = observations(study, space)
+    best = strategy.best([o for _, o in pairs])
+    if best is None:
+        return None
+    cand = best.candidate
+    for t, o in reversed(pairs):
+        if o.candidate == cand and t.user_attrs.get("outcome") == Outcome.OK.value:
+            return t.number
+    return None
+
+
+def confirm(
+    study: st.SweepStudy,
+    space: Space,
+    strategy: SearchStrategy,
+    best_trial: int,
+    *,
+    steps: int,
+    progress: Progress,
+    limit_reached: Callable[[], str | None],
+    run: RunConfirmation,
+) -> int | None:
+    """Re-run the winner longer; a winner that fails its confirmation gives way to the next best."""
+    rejected: set[Candidate] = set()
+    number: int | None = best_trial
+    for _ in range(CONFIRM_ATTEMPTS):
+        if number is None:
+            return None
+        t = study.trial(number)
+        cand = space.candidate(t.params)
+        done = [
+            c
+            for c in study.trials((TrialState.COMPLETE, TrialState.FAIL))
+            if c.user_attrs.get("confirm_of") == number and not is_interrupted(c)
+        ]
+        conf = done[-1] if done else None
+        if conf is None:
+            if (why := limit_reached()) is not None:
+                progress.line(f"not confirming trial {number}: {why}")
+                return number
+            progress.line(f"confirming the winner, trial {number}, with {steps * CONFIRM_STEPS_FACTOR} steps")
+            conf = run(cand, steps * CONFIRM_STEPS_FACTOR, {"confirm_of": number})
+        if conf.user_attrs.get("outcome") == Outcome.OK.value and conf.user_attrs.get("fits") is not False:
+            study.set_attr("confirmed_by", conf.number)
+            return number
+        progress.line(
+            f"trial {number}'s confirmation failed ({conf.user_attrs.get('reason')}); trying the next best"
+        )
+        rejected.add(cand)
+        pairs = [(t, o) for t, o in observations(study, space) if o.candidate not in rejected]
+        nxt = strategy.best([o for _, o in pairs])
+        number = None
+        if nxt is not None:
+            c = nxt.candidate
+            for t2, o in reversed(pairs):
+                if o.candidate == c and t2.user_attrs.get("outcome") == Outcome.OK.value:
+                    number = t2.number
+                    break
+    return number
+
+
+def record_ruled_out(study: st.SweepStudy, space: Space, strategy: SearchStrategy) -> None:
+    """The candidates never run because trials proved they could not win, for the report."""
+    pairs = observations(study, space)
+    by_cand: dict[Candidate, int] = {}
+    for t, o in pairs:
+        by_cand[o.candidate] = t.number
+    out = []
+    try:
+        verdicts = strategy.ruled_out([o for _, o in pairs])
+    except Exception:  # the report can live without it
+        return
+    for v in verdicts:
+        out.append(
+            {
+                "params": dict(v.candidate.params),
+                "reason": str(v.reason),
+                "by_trials": sorted({by_cand[c] for c in v.by if c in by_cand}),
+            }
+        )
+    study.set_attr("ruled_out", out)
+
+
+def write_reports(study: st.SweepStudy, study_dir: Path, progress: Progress) -> list[Path]:
+    """The study's reports in its folder; a report that cannot be written is a warning, not a failure."""
+    from autotune.report.build import write_reports as write
+
+    try:
+        written = write(study.study, study_dir)
+    except AutotuneError as exc:
+        progress.line(f"warning: the report could not be written: {exc}")
+        return []
+    return [Path(p) for p in written]
+
+
+def result(
+    study: st.SweepStudy, name: str, url: str, best: int | None, why: str, reports: list[Path], t0: float
+) -> SweepResult:
+    """What ``autotune sweep`` prints: the winner, the baseline's speed, the trials, why it stopped."""
+    base_no = study.user_attrs.get("baseline_trial")
+    base_sps = study.trial(base_no).user_attrs.get("samples_per_s") if isinstance(base_no, int) else None
+    bt = study.trial(best) if best is not None else None
+    return SweepResult(
+        study=name,
+        storage=url,
+        best_trial=best,
+        best_params=dict(bt.params) if bt else None,
+        best_samples_per_s=bt.user_attrs.get("samples_per_s") if bt else None,
+        baseline_samples_per_s=base_sps,
+        trials_run=study.counted_trials(),
+        stop_reason=why,
+        reports=reports,
+        wall_s=time.monotonic() - t0,
+    )

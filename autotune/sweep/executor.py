@@ -1,0 +1,241 @@
+"""One trial, start to end: started in the study, rendered, launched, watched, measured, recorded.
+
+One ``TrialExecutor`` per card a sweep runs trials on: its card (the NVML indices it samples
+and drains), its environment (a pinned worker's ``CUDA_VISIBLE_DEVICES``), its progress view
+and its stop event. It writes the trial through its scheduler, which decides whether the
+write still belongs to it (a shared study's claim).
+
+The runner reports the started process through a callback; the executor records its pid,
+mark and start time on the trial at once, so a resume can end what a dead sweep left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.core.outcome import Outcome
+from autotune.core.space import Candidate
+from autotune.errors import CandidateRefused, ConfigError, SweepInterrupted, TrialOutputError
+from autotune.execution.launch import LaunchSpec
+from autotune.execution.proctree import MARK_VAR, ProcessRecord
+from autotune.execution.runner import RunLimits, RunResult, output_error, run_trial
+from autotune.store.identity import ProcessIdentity
+from autotune.store.recovery import is_interrupted
+from autotune.sweep.conclude import fastest_fitting
+from autotune.sweep.measure import measure, one_line, summary
+from autotune.sweep.naming import accumulation_for, label
+from autotune.sweep.options import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TRIAL_TIMEOUT_S
+from autotune.sweep.progress import Progress
+from autotune.sweep.scheduler import Scheduler, Step
+from autotune.sweep.setup import Card, SweepPlan
+
+
+class TrialExecutor:
+    """Runs the trials of one card (``card``: its NVML indices; ``env``: added to every trial)."""
+
+    def __init__(
+        self,
+        plan: SweepPlan,
+        scheduler: Scheduler,
+        *,
+        card: Card,
+        env: Mapping[str, str],
+        progress: Progress,
+        stop: threading.Event,
+        interrupted: Callable[[], SweepInterrupted],
+    ) -> None:
+        self.plan, self.scheduler, self.card, self.env = plan, scheduler, card, dict(env)
+        self.progress, self.stop, self.interrupted = progress, stop, interrupted
+
+    def run(
+        self,
+        cand: Candidate,
+        *,
+        role: str,
+        step: Step | None = None,
+        steps: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> FrozenTrial:
+        """Run ``cand`` as one trial and return it finished; raises ``SweepInterrupted`` on a stop."""
+        plan, opts, scheduler = self.plan, self.plan.opts, self.scheduler
+        study = scheduler.study
+        space = plan.space
+        params = dict(cand.params)
+        bs = int(params.get(space.batch_knob or "batch_size", 1)) if space.batch_knob else 1
+        ga, effective = accumulation_for(bs, plan.target_effective, plan.num_gpus)
+        tag = uuid.uuid4().hex
+        me = ProcessIdentity.current()
+        attrs: dict[str, Any] = {
+            **me.as_attrs(),
+            "role": role,
+            "trial_tag": tag,
+            "gradient_accumulation_steps": ga,
+            "effective_batch": effective,
+            "steps": steps or plan.steps,
+            **(extra or {}),
+        }
+        trial = scheduler.start_trial(step, params, plan.distributions, attrs)
+        if role == "baseline":  # at once: a kill after it finishes must not make a resume run it again
+            study.set_attr("baseline_trial", trial.number)
+        trial_dir = plan.study_dir / f"trial-{trial.number:04d}"
+        estimate = self._estimate_s()
+        self.progress.trial_started(
+            trial.number, label(params), estimate, note=f" ({role})" if role != "search" else ""
+        )
+        attrs_end: dict[str, Any] = {"trial_dir": str(trial_dir), "log_path": str(trial_dir / "stdout.log")}
+        try:
+            try:
+                trial_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a read-only or full study folder: not the candidate's fault
+                raise output_error(exc, trial_dir) from None
+            spec = plan.adapter.render(
+                plan.baseline,
+                params,
+                gradient_accumulation_steps=ga,
+                steps=steps or plan.steps,
+                trial_dir=trial_dir,
+            )
+        except TrialOutputError as exc:
+            self._stop_for_output_error(trial, attrs_end, exc)
+        except (CandidateRefused, ConfigError) as exc:
+            attrs_end.update({"outcome": Outcome.CONFIG_ERROR.value, "reason": one_line(str(exc))})
+            self.progress.trial_finished(trial.number, f"config_error: {one_line(str(exc))}")
+            return scheduler.finish_trial(trial, attrs_end, None)
+        spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self.env})
+        attrs_end["command"] = spec.shell_command()
+        scheduler.set_trial_attrs(trial, {"command": attrs_end["command"], "trial_dir": str(trial_dir)})
+
+        limits = RunLimits(
+            wall_timeout_s=opts.trial_timeout_s or DEFAULT_TRIAL_TIMEOUT_S,
+            stall_timeout_s=opts.stall_timeout_s or DEFAULT_STALL_TIMEOUT_S,
+        )
+        before = self._gpu_used()
+        result, error = self._run_watched(spec, trial_dir, limits, trial)
+        if isinstance(error, TrialOutputError):
+            self._stop_for_output_error(trial, attrs_end, error)
+        if error is not None:
+            attrs_end.update(
+                {"outcome": Outcome.CRASH.value, "reason": one_line(f"could not start: {error}")}
+            )
+            self.progress.trial_finished(trial.number, f"crash: {attrs_end['reason']}")
+            scheduler.finish_trial(trial, attrs_end, None)
+            raise error
+        assert result is not None
+        attrs_end.update(
+            measure(
+                plan.adapter, result, trial_dir, effective, card_gb=self.card.vram_gb, headroom=opts.headroom
+            )
+        )
+        attrs_end["wall_s"] = round(result.wall_s, 3)
+        value = attrs_end.get("samples_per_s") if attrs_end["outcome"] == Outcome.OK.value else None
+        finished = scheduler.finish_trial(trial, attrs_end, value)
+        self.progress.trial_finished(trial.number, summary(attrs_end))
+        self._update_best_line()
+        if result.interrupted or self.stop.is_set():
+            raise self.interrupted()
+        self._drain(before)
+        return finished
+
+    def _stop_for_output_error(
+        self, trial: FrozenTrial, attrs_end: dict[str, Any], exc: TrialOutputError
+    ) -> NoReturn:
+        """The trial folder cannot be written: record the trial ``interrupted`` (a resume runs it
+        again) and stop the sweep with the error, which says where and what to do."""
+        attrs_end.update({"outcome": Outcome.INTERRUPTED.value, "reason": one_line(str(exc))})
+        self.progress.trial_finished(trial.number, f"interrupted: {attrs_end['reason']}")
+        self.scheduler.finish_trial(trial, attrs_end, None)
+        raise exc
+
+    def _run_watched(
+        self, spec: LaunchSpec, trial_dir: Path, limits: RunLimits, trial: FrozenTrial
+    ) -> tuple[RunResult | None, BaseException | None]:
+        """Run the trial in a worker thread; meanwhile record its pid and keep the progress view live."""
+        from autotune.execution.monitor import ResourceMonitor
+
+        nvml = self.plan.nvml
+        monitor = ResourceMonitor(nvml, self.card.indices) if nvml is not None and self.card.indices else None
+        result: list[RunResult] = []
+        error: list[BaseException] = []
+        started: list[ProcessRecord] = []  # the runner's ``on_start``, from its thread
+
+        def work() -> None:
+            try:
+                result.append(
+                    run_trial(
+                        spec,
+                        trial_dir,
+                        limits,
+                        monitor=monitor,
+                        stop=self.stop,
+                        on_output=self.progress.on_output,
+                        on_start=started.append,
+                    )
+                )
+            except BaseException as exc:
+                error.append(exc)
+            finally:
+                done.set()
+
+        done = threading.Event()
+        worker = threading.Thread(target=work, name=f"trial-{trial.number}", daemon=True)
+        worker.start()
+        pid_recorded = False
+        while not done.wait(0.05 if not pid_recorded else 0.25):  # wakes at once when the trial ends
+            if not pid_recorded and started:
+                self._record_pid(trial, started[0])
+                pid_recorded = True
+            self.progress.tick()
+        worker.join()
+        return (result[0] if result else None), (error[0] if error else None)
+
+    def _record_pid(self, trial: FrozenTrial, process: ProcessRecord) -> None:
+        """Store the trial's pid/pgid and mark (the runner's ``on_start``) so a resume can end it."""
+        attrs: dict[str, Any] = {"pid": process.pid, "pgid": process.pid}
+        if process.mark:
+            attrs["process_mark"] = str(process.mark)
+        with contextlib.suppress(Exception):
+            import psutil
+
+            attrs["pid_start"] = psutil.Process(process.pid).create_time()
+        self.scheduler.set_trial_attrs(trial, attrs)
+
+    # between and around trials
+
+    def _gpu_used(self) -> dict[int, int] | None:
+        nvml = self.plan.nvml
+        if nvml is None or not self.card.indices:
+            return None
+        from autotune.gpu.drain import used_bytes
+
+        result: dict[int, int] = used_bytes(nvml, self.card.indices)
+        return result
+
+    def _drain(self, before: dict[int, int] | None) -> None:
+        nvml = self.plan.nvml
+        if before is None or nvml is None:
+            return
+        from autotune.gpu.drain import wait_for_drain
+
+        wait_for_drain(nvml, self.card.indices, before, self.plan.opts.drain_timeout_s)
+
+    def _estimate_s(self) -> float | None:
+        walls = [
+            float(t.user_attrs["wall_s"])
+            for t in self.scheduler.study.trials((TrialState.COMPLETE, TrialState.FAIL))
+            if isinstance(t.user_attrs.get("wall_s"), (int, float)) and not is_interrupted(t)
+        ]
+        return statistics.median(walls) if walls else None
+
+    def _update_best_line(self) -> None:
+        best = fastest_fitting(self.scheduler.study, self.plan.space)
+        if best is not None:
+            self.progress.set_best(f"{best.user_attrs['samples_per_s']:.3g} samples/s (trial {best.number})")

@@ -1,0 +1,231 @@
+"""The search loop of one card: baseline first, then the strategy's picks, until done or a limit.
+
+Each turn: the limits (Ctrl-C, ``--max-trials``, ``--budget``), then the scheduler's next step,
+decided by ``propose`` from one snapshot of the study: the baseline first and alone (everyone
+else waits for its verdict; a failed baseline stops every worker, with its diagnosis), then
+``strategy.next_candidate`` over the history, with the candidates running elsewhere in it.
+The step runs on this card's executor. ``--parallel`` runs one loop per card, each in its own
+thread with its own executor and scheduler; they share the stop (Ctrl-C stops them all).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.core.outcome import Outcome
+from autotune.core.strategy import Observation
+from autotune.core.units import format_duration
+from autotune.errors import BaselineFailedError, ClaimLost, SweepInterrupted
+from autotune.store import study as st
+from autotune.store.recovery import Reaped, is_interrupted
+from autotune.store.workers import Waiting
+from autotune.sweep.conclude import write_reports
+from autotune.sweep.executor import TrialExecutor
+from autotune.sweep.history import history
+from autotune.sweep.naming import label
+from autotune.sweep.progress import Progress
+from autotune.sweep.scheduler import Scheduler
+from autotune.sweep.setup import SweepPlan
+
+_BASELINE_HINTS = {
+    Outcome.TIMEOUT.value: "if the trainer is only slow here, raise --trial-timeout (or lower --steps)",
+    Outcome.STALLED.value: "if the trainer is silent for long (loading a model), raise --stall-timeout",
+    Outcome.CONFIG_ERROR.value: "fix the config (or the command) the trainer rejected",
+    Outcome.HOST_OOM.value: "host RAM ran out: free memory, or use a machine with more RAM",
+    Outcome.NAN.value: "the loss went NaN with the trainer's own config: check the data and learning rate",
+    Outcome.CRASH.value: "fix what the log shows",
+}
+
+
+class FanoutEvent(threading.Event):
+    """A loop's stop event: setting it (Ctrl-C) also stops the loops of the other cards."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.children: list[threading.Event] = []
+
+    def set(self) -> None:
+        super().set()
+        for child in self.children:
+            child.set()
+
+
+@dataclass
+class Interrupt:
+    """The signal that stops the sweep (set by the main thread's handler), shared by every loop."""
+
+    signum: int | None = None
+
+    def error(self) -> SweepInterrupted:
+        name = signal.Signals(self.signum).name if self.signum else "stop"
+        return SweepInterrupted(
+            f"interrupted by {name}: the running trial was ended and recorded as interrupted; "
+            "run the same command again to resume"
+        )
+
+
+@dataclass
+class LoopStop:
+    """One loop's stop: the event its trials watch, and whether a lost claim (not Ctrl-C) set it."""
+
+    interrupt: Interrupt
+    event: FanoutEvent = field(default_factory=FanoutEvent)
+    lost: threading.Event = field(default_factory=threading.Event)
+
+    def on_lost(self) -> None:
+        """Another worker reaped our running claim: end the trial (the runner stops on ``event``)."""
+        self.lost.set()
+        threading.Event.set(self.event)  # this loop's trial only, not the other cards' (as Ctrl-C does)
+
+
+class SearchLoop:
+    """Runs one card's trials until the strategy is done or a limit stops it (``run`` says which)."""
+
+    def __init__(
+        self,
+        plan: SweepPlan,
+        scheduler: Scheduler,
+        executor: TrialExecutor,
+        *,
+        progress: Progress,
+        stop: LoopStop,
+    ) -> None:
+        self.plan, self.scheduler, self.executor = plan, scheduler, executor
+        self.progress, self.stop = progress, stop
+
+    def run(self) -> str:
+        """Run trials until the strategy is done or a limit stops it; returns why it stopped."""
+        plan, study = self.plan, self.scheduler.study
+        space = plan.space
+        base_params = {k: st.to_study_value(v) for k, v in plan.base_candidate.params.items()}
+        checked_baseline = False
+        waiting_said = False
+
+        while True:
+            # The study caches its trials until our own next write; other workers' trials show
+            # up after a refresh: in ``propose`` (the decision) and after waiting (the limits).
+            if (why := self.limit_reached()) is not None:
+                return why
+            role = "search"
+
+            def propose(
+                trials: Sequence[FrozenTrial], in_flight: Sequence[Mapping[str, Any]]
+            ) -> Mapping[str, Any] | None:
+                # Decide from this snapshot only (the one the claim's run number is counted on):
+                # a baseline seen unfinished in an older read may have finished since.
+                nonlocal checked_baseline, role
+                base = _finished_baseline(trials)
+                if base is None:  # the baseline first, alone: everyone else waits for its verdict
+                    busy = any(
+                        t.state == TrialState.RUNNING and t.user_attrs.get("role") == "baseline"
+                        for t in trials
+                    ) or any(dict(p) == base_params for p in in_flight)
+                    role = "baseline"
+                    return None if busy else base_params
+                if not checked_baseline:  # a failed baseline stops every worker, with its diagnosis
+                    if study.user_attrs.get("baseline_trial") != base.number:
+                        study.set_attr("baseline_trial", base.number)
+                    self.check_baseline(base)
+                    checked_baseline = True
+                role = "search"
+                seen = history(study, space)  # the snapshot ``trials`` came from
+                for p in in_flight:
+                    seen.append(
+                        Observation(candidate=space.candidate(dict(p)), outcome=None, samples_per_s=None,
+                                    peak_vram_gb=None, fits=None, spread=None)
+                    )  # fmt: skip
+                cand = plan.strategy.next_candidate(seen)
+                return None if cand is None else {k: st.to_study_value(v) for k, v in cand.params.items()}
+
+            step = self.scheduler.next_step(propose, self.say_reaped)
+            if step is None:
+                return "done"
+            if isinstance(step, Waiting):
+                if not waiting_said:
+                    self.progress.line(
+                        f"waiting: {step.in_flight} trial(s) run elsewhere and nothing else can start before "
+                        "their results"
+                    )
+                    waiting_said = True
+                self.scheduler.wait(self.stop.event)
+                continue
+            waiting_said = False
+            self.stop.lost.clear()
+            try:
+                self.executor.run(space.candidate(dict(step.params)), role=role, step=step)
+            except (ClaimLost, SweepInterrupted) as exc:
+                if isinstance(exc, SweepInterrupted) and not (
+                    self.stop.lost.is_set() and self.stop.interrupt.signum is None
+                ):
+                    raise  # Ctrl-C or SIGTERM
+                # The claim was lost (cut off from the database longer than the lease): the trial
+                # was handed on, nothing of it recorded here. Carry on with the next candidate.
+                self.stop.event.clear()
+                self.stop.lost.clear()
+                what = (
+                    exc if isinstance(exc, ClaimLost) else "this worker lost its claim on the running trial"
+                )
+                self.progress.line(f"{what}; another worker runs that candidate, going on with the next one")
+
+    def limit_reached(self) -> str | None:
+        """Why no further trial may start (None: go on); raises ``SweepInterrupted`` after a stop."""
+        if self.stop.event.is_set():
+            raise self.stop.interrupt.error()
+        opts, study = self.plan.opts, self.scheduler.study
+        if opts.max_trials is not None and study.counted_trials() >= opts.max_trials:
+            return f"max-trials ({opts.max_trials}) reached"
+        if opts.budget_s is not None and study.spent_s() >= opts.budget_s:
+            return f"budget ({format_duration(opts.budget_s)}) spent"
+        if opts.max_trials is not None:
+            running = self.scheduler.running()
+            if running and study.counted_trials() + running >= opts.max_trials:
+                return f"max-trials ({opts.max_trials}) reached (counting the {running} running)"
+        return None
+
+    def check_baseline(self, trial: FrozenTrial) -> None:
+        """A baseline that did not finish ok stops the sweep, saying why and what to do."""
+        outcome = trial.user_attrs.get("outcome")
+        reason = trial.user_attrs.get("reason", "")
+        log = trial.user_attrs.get("log_path", "")
+        card = self.executor.card
+        if outcome == Outcome.OK.value:
+            return
+        if outcome == Outcome.OOM.value:
+            if self.plan.opts.allow_extra_savers:
+                self.progress.line(
+                    "the baseline ran out of memory; --allow-extra-savers is on, so savers beyond it are tried"
+                )
+                return
+            write_reports(self.scheduler.study, self.plan.study_dir, self.progress)
+            raise BaselineFailedError(
+                f"the baseline (trial {trial.number}, the trainer's own config) ran out of memory on this "
+                f"{card.name} ({card.vram_gb:.1f} GB): nothing the trainer ships fits this card. "
+                f"{reason}. What could: --allow-extra-savers tries savers beyond the baseline (such as "
+                "lower-bit quantization), or a card with more memory. Log: " + str(log)
+            )
+        write_reports(self.scheduler.study, self.plan.study_dir, self.progress)
+        hint = _BASELINE_HINTS.get(str(outcome), "see the log for why")
+        raise BaselineFailedError(
+            f"the baseline (trial {trial.number}) failed with outcome {outcome}: {reason}. "
+            f"No relaxation can fix that, so the sweep stops here: {hint}; then start a new study "
+            f"with --study NAME. Log: {log}"
+        )
+
+    def say_reaped(self, r: Reaped) -> None:
+        """A dead worker's trial was failed (its leftover processes here ended first): say so."""
+        ended = f"; its leftover processes ({', '.join(map(str, r.killed))}) were ended" if r.killed else ""
+        self.progress.line(f"trial {r.number} ({label(r.params)}) {r.reason}{ended}")
+
+
+def _finished_baseline(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
+    """The baseline trial once it finished (not interrupted): decided by the trials, not an attr."""
+    for t in trials:
+        if t.state.is_finished() and t.user_attrs.get("role") == "baseline" and not is_interrupted(t):
+            return t
+    return None

@@ -1,0 +1,293 @@
+"""A sweep's setup: from the options to a frozen ``SweepPlan`` (trainer, baseline, card, space, strategy).
+
+Everything here is decided once, before the first trial, and never changes while the
+sweep runs; the loop, the executors and the conclusion read it, none writes it. The
+order of the checks is the user's: an unknown trainer or a bad config is said before
+the card is looked at, and the tier gate before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from optuna.distributions import BaseDistribution
+
+from autotune.config.knobs import knob_path as knob_file_path
+from autotune.config.knobs import read_knob_file
+from autotune.core.space import Candidate, Space
+from autotune.core.strategy import Observation, Strategy, Verdict
+from autotune.core.units import format_gb
+from autotune.errors import AutotuneError, NvmlUnavailable, UsageError
+from autotune.gpu.nvml import GIB, Nvml, open_nvml
+from autotune.gpu.probe import VisibleGpu
+from autotune.store import study as st
+from autotune.store import urls
+from autotune.sweep.naming import config_hash, default_study_name
+from autotune.sweep.options import DEFAULT_MAX_BATCH_SIZE, DEFAULT_STEPS, SweepOptions
+from autotune.trainers.base import Baseline, TrainerAdapter
+
+
+class SearchStrategy(Protocol):
+    """What the sweep asks of a strategy (``autotune.core.strategy.Strategy``, or a benchmarked one)."""
+
+    def next_candidate(self, history: Sequence[Observation]) -> Candidate | None: ...
+
+    def best(self, history: Sequence[Observation]) -> Observation | None: ...
+
+    def ruled_out(self, history: Sequence[Observation]) -> list[Verdict]: ...
+
+
+#: Builds the strategy: ``(space, baseline candidate, card GB, headroom)``, as ``Strategy`` takes them.
+StrategyFactory = Callable[[Space, Candidate, float, float], SearchStrategy]
+
+
+@dataclass(frozen=True)
+class Card:
+    """The card a sweep judges fit against (the smallest visible one, or a planned/emulated one)."""
+
+    name: str
+    vram_gb: float
+    count: int
+    tier: str | None
+    indices: tuple[int, ...] = ()  # NVML indices to sample and drain; empty without a GPU
+
+    def as_setting(self) -> dict[str, Any]:
+        return {"name": self.name, "vram_gb": round(self.vram_gb, 2), "count": self.count, "tier": self.tier}
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """Everything the sweep decided before its first trial (replaces the attributes once set in ``_run``)."""
+
+    opts: SweepOptions
+    nvml: Nvml | None  # the GPUs' sampling and drain; None without a driver
+    adapter: TrainerAdapter
+    baseline: Baseline
+    card: Card
+    space: Space
+    base_candidate: Candidate
+    base_params: dict[str, Any]  # the baseline's knob values, without its accumulation
+    base_ga: int
+    strategy: SearchStrategy
+    distributions: dict[str, BaseDistribution]
+    settings: dict[str, Any]  # stored on the study: a resume must match them
+    steps: int
+    target_effective: int
+    num_gpus: int
+    storage_url: str
+    study_name: str
+    workdir: Path
+
+    @property
+    def study_dir(self) -> Path:
+        return self.workdir / self.study_name
+
+
+def open_nvml_for(nvml: Nvml | bool | None) -> Nvml | None:
+    """``True``: the driver's NVML (None without one); an ``Nvml``: that one; else none."""
+    if nvml is True:
+        try:
+            return open_nvml()
+        except NvmlUnavailable:
+            return None
+    return nvml or None
+
+
+def plan_sweep(
+    opts: SweepOptions,
+    nvml_arg: Nvml | bool | None,
+    *,
+    pin: VisibleGpu | None = None,
+    strategy_factory: StrategyFactory = Strategy,
+) -> SweepPlan:
+    """Resolve the options into the plan: trainer, baseline, card (``pin``: this worker's), space, strategy.
+
+    ``nvml_arg``: ``True`` opens the driver's NVML (none without one), an ``Nvml`` is used as it is.
+    """
+    from autotune.trainers import get_adapter
+
+    workdir = opts.workdir.expanduser().resolve()
+    storage_url = urls.check_storage_url(opts.storage or urls.default_storage_url(workdir))
+    study_name = st.validate_study_name(opts.study or default_study_name(opts))
+
+    options = dict(opts.trainer_options)
+    if opts.cmd is not None:
+        options.setdefault("template", opts.cmd)
+    adapter = get_adapter(opts.trainer, **options)
+    baseline = adapter.load_baseline(opts.config)
+    nvml = open_nvml_for(nvml_arg)
+    card = pick_card(opts, adapter, baseline, nvml, pin=pin)
+    if opts.vram_gb is not None:
+        baseline = adapter.with_emulated_vram(baseline, opts.vram_gb)
+    gate(opts, adapter, card)
+
+    base_params = adapter.baseline_params(baseline)
+    base_ga = int(base_params.pop("gradient_accumulation_steps", 1) or 1)
+    num_gpus = max(1, int(getattr(baseline, "num_gpus", 1) or 1))
+    target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
+    max_bs = opts.max_batch_size or DEFAULT_MAX_BATCH_SIZE
+    limit = adapter.max_batch_size(baseline)
+    if limit is not None:
+        max_bs = min(max_bs, int(limit))
+    if opts.keep_effective_batch:
+        max_bs = min(max_bs, max(1, target_effective // num_gpus))
+    max_bs = max(max_bs, int(base_params.get("batch_size", 1)))
+
+    knob_path = opts.knob_file or knob_file_path(adapter.knob_file)
+    knob_data = read_knob_file(knob_path)
+    space = Space.from_mapping(
+        knob_data, source=str(knob_path), max_batch_size=max_bs, allow_extra_savers=opts.allow_extra_savers
+    )
+    knobs = st.knob_defs(knob_data)
+    dists = st.distributions(knobs, max_bs)
+    base_cand = space.candidate(base_params)
+    strategy = strategy_factory(space, base_cand, card.vram_gb, opts.headroom)
+
+    steps = opts.steps or DEFAULT_STEPS
+    settings = {
+        "trainer": opts.trainer,
+        "config_path": str(baseline.path) if baseline.path else None,
+        "base_config_hash": config_hash(baseline.text),
+        "knobs": [
+            {
+                "name": k.name,
+                "values": [st.to_study_value(v) for v in k.values],
+                "extra_savers": [st.to_study_value(v) for v in k.extra_savers],
+                "type": "int" if k.is_int else "choice",
+            }
+            for k in knobs
+        ],
+        "steps": steps,
+        "headroom": opts.headroom,
+        "max_batch_size": max_bs,
+        "keep_effective_batch": opts.keep_effective_batch,
+        "allow_extra_savers": opts.allow_extra_savers,
+        "card": card.as_setting(),
+        # How the trainer is launched (--cmd's template, --trainer-dir): part of what the sweep is.
+        "trainer_options": {k: str(v) for k, v in sorted(options.items())},
+    }
+    return SweepPlan(
+        opts=opts,
+        nvml=nvml,
+        adapter=adapter,
+        baseline=baseline,
+        card=card,
+        space=space,
+        base_candidate=base_cand,
+        base_params=base_params,
+        base_ga=base_ga,
+        strategy=strategy,
+        distributions=dists,
+        settings=settings,
+        steps=steps,
+        target_effective=target_effective,
+        num_gpus=num_gpus,
+        storage_url=storage_url,
+        study_name=study_name,
+        workdir=workdir,
+    )
+
+
+def pick_card(
+    opts: SweepOptions,
+    adapter: TrainerAdapter,
+    baseline: Baseline,
+    nvml: Nvml | None,
+    *,
+    pin: VisibleGpu | None = None,
+) -> Card:
+    """The card to judge fit on: --vram-gb, else the card the trainer emulates, else the
+    smallest visible GPU. The GPUs found are sampled and drained either way. A pinned worker
+    (``pin``: ``--parallel``, ``autotune worker``) runs one single-GPU trial on its own card."""
+    card = _card(opts, adapter, baseline, nvml)
+    if pin is None:
+        return card
+    gpus_per_trial = max(1, int(getattr(baseline, "num_gpus", 1) or 1))
+    if gpus_per_trial > 1:
+        raise UsageError(
+            f"this config launches each trial on {gpus_per_trial} GPUs, but --parallel and "
+            "'autotune worker' run one single-GPU trial per card; plan for one GPU "
+            "('autotune plan --gpus 1 ...') to sweep card by card, or run 'autotune sweep' without "
+            "--parallel to give every trial all the cards"
+        )
+    # One single-GPU trial per card: the card is the pinned one (all of one model, checked).
+    return dataclasses.replace(card, count=1, indices=(pin.nvml_index,))
+
+
+def trial_env(pin: VisibleGpu | None) -> dict[str, str]:
+    """Environment added to every trial (a pinned worker's ``CUDA_VISIBLE_DEVICES``)."""
+    return {} if pin is None else {"CUDA_VISIBLE_DEVICES": pin.uuid}
+
+
+def _card(opts: SweepOptions, adapter: TrainerAdapter, baseline: Baseline, nvml: Nvml | None) -> Card:
+    gpus = _visible_gpus(nvml)
+    indices = tuple(i for i, _, _ in gpus)
+    count = max(1, len(gpus))
+    where = f" on {gpus[0][1]}" if gpus else " (CPU)"
+    emulated = adapter.emulated_vram_gb(baseline)
+    if opts.vram_gb is not None:
+        gb = opts.vram_gb
+        if adapter.emulates_vram:
+            return Card(f"emulated {format_gb(gb)} card{where}", gb, count, _tier(gb), indices)
+        name = gpus[0][1] if gpus else f"planned {gb:g} GB card"
+        return Card(name, gb, count, _tier(gb), indices)
+    if isinstance(emulated, (int, float)) and emulated > 0:
+        return Card(
+            f"emulated {format_gb(float(emulated))} card{where}",
+            float(emulated),
+            count,
+            _tier(emulated),
+            indices,
+        )
+    if gpus:
+        _, name, total = min(gpus, key=lambda g: g[2])
+        gb = total / GIB
+        return Card(name, gb, count, _tier(gb), indices)
+    raise UsageError(
+        "no GPU found (NVML unavailable or no device), so there is no card to judge fit against; "
+        "pass --vram-gb N to sweep for a card of N GB, or run 'autotune sweep' with no arguments "
+        "for the CPU demo"
+    )
+
+
+def gate(opts: SweepOptions, adapter: TrainerAdapter, card: Card) -> None:
+    """A trainer that needs 32 GB (the LTX-2 trainer): below that, refuse unless --force."""
+    if not adapter.needs_tier_gate or card.tier != "below-32GB" or opts.force:
+        return
+    from autotune.errors import UnsupportedCardError
+
+    raise UnsupportedCardError(
+        f"{card.name} has {card.vram_gb:.1f} GB: {adapter.label} requires a 32 GB card and no tested "
+        "config exists below it. Options: a larger card, --vram-gb N to plan for one, or --force to "
+        "try the low-VRAM config at your own risk"
+    )
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+
+def _tier(vram_gb: float) -> str | None:
+    """The VRAM tier id (``below-32GB``, ``32GB``, ``40-60GB``, ``80GB+``) of a card size."""
+    from autotune.gpu.tiers import classify
+
+    try:
+        return str(classify(vram_gb).tier)
+    except (ValueError, AutotuneError):
+        return None
+
+
+def _visible_gpus(nvml: Nvml | None) -> list[tuple[int, str, int]]:
+    """(NVML index, name, total bytes) of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` kept)."""
+    if nvml is None:
+        return []
+    from autotune.gpu.probe import probe
+
+    try:
+        result = probe(lambda: nvml)
+        return [(g.nvml_index, g.name, g.memory_total_bytes) for g in result.gpus]
+    except Exception:
+        return []
