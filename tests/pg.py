@@ -199,6 +199,11 @@ def pg_server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
-def pg_url(pg_server: PostgresServer) -> str:
-    """A fresh, empty database on the session's server, as a SQLAlchemy URL."""
+def pg_url(pg_server: PostgresServer, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty database on the session's server, as a SQLAlchemy URL.
+
+    Only for tests marked ``@pytest.mark.postgres``: the fast tier (``pytest`` alone) leaves them
+    out, and an unmarked one would start a server there."""
+    if request.node.get_closest_marker("postgres") is None:
+        pytest.fail(f"{request.node.nodeid} uses PostgreSQL: mark it @pytest.mark.postgres", pytrace=False)
     return pg_server.create_database()

@@ -145,7 +145,7 @@ def test_a_missed_target_fails_the_bench(
     assert "TARGET MISSED: ours used" in capsys.readouterr().out
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.parametrize("name", ["ours", "ltx2-greedy"])
 def test_real_sweep_takes_the_same_trials_as_in_process(tmp_path: Path, name: str) -> None:
     """Through 'autotune sweep' and the command trainer: same trials, simulated time from the trainer."""

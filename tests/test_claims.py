@@ -35,7 +35,7 @@ from tests.conftest import FAKES
 WORKER = FAKES / "claim_worker.py"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'studies.db'}"
@@ -287,6 +287,7 @@ def _events(out: Path) -> list[tuple[str, str, int, int]]:
     return ev
 
 
+@pytest.mark.process
 def test_three_workers_run_every_candidate_exactly_once(tmp_path: Path) -> None:
     """On SQLite; on PostgreSQL the real sweep does it (tests/test_scaleout.py)."""
     db_url = f"sqlite:///{tmp_path / 'studies.db'}"
@@ -309,7 +310,10 @@ def test_three_workers_run_every_candidate_exactly_once(tmp_path: Path) -> None:
     assert len(book.all_claims()) == 8
 
 
-@pytest.mark.parametrize(("backend", "machines"), [("sqlite", "same"), ("pg", "other")])
+@pytest.mark.process
+@pytest.mark.parametrize(
+    ("backend", "machines"), [("sqlite", "same"), pytest.param("pg", "other", marks=pytest.mark.postgres)]
+)
 def test_a_killed_workers_trial_is_run_again_by_another(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str, machines: str
 ) -> None:

@@ -67,6 +67,7 @@ def test_read_only_trial_folder_is_a_clear_error(tmp_path: Path) -> None:
     assert not (folder / "trial-0000").exists()
 
 
+@pytest.mark.process
 def test_the_memory_timeline_gives_way_on_a_full_disk(tmp_path: Path) -> None:
     """memory.csv is written from a thread: a full disk there stops the timeline, not the trial."""
     from autotune.execution.monitor import ResourceMonitor

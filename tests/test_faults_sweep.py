@@ -125,6 +125,7 @@ def _sha(path: Path) -> str:
 # --- signals ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_ends_the_trials_whole_family_and_records_it_interrupted(
     sig: signal.Signals, tmp_path: Path
@@ -150,6 +151,7 @@ def test_signal_ends_the_trials_whole_family_and_records_it_interrupted(
     assert trial["state"] == "FAIL" and trial["attrs"]["outcome"] == "interrupted"
 
 
+@pytest.mark.process
 def test_sigkill_mid_trial_then_resume_ends_the_orphans_and_runs_the_trial_again(tmp_path: Path) -> None:
     workdir = tmp_path / "runs"
     marker = tmp_path / "hung-once"
@@ -173,6 +175,7 @@ def test_sigkill_mid_trial_then_resume_ends_the_orphans_and_runs_the_trial_again
 # --- kills during database writes --------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_sigkill_during_database_writes_leaves_a_whole_study(tmp_path: Path) -> None:
     """The fastest trainer makes database writes most of the sweep's time; kill it again and again."""
     workdir = tmp_path / "runs"
@@ -236,6 +239,7 @@ print(f"reads={reads} trials={n}")
 """
 
 
+@pytest.mark.process
 def test_readers_on_the_live_study_never_meet_a_locked_database(tmp_path: Path) -> None:
     workdir = tmp_path / "runs"
     db = workdir / "studies.db"
@@ -352,6 +356,7 @@ def test_a_database_that_is_not_ours_is_refused_and_never_written(
 # --- a full or read-only study folder ------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_a_full_study_folder_stops_the_sweep_cleanly_and_a_resume_finishes(tmp_path: Path) -> None:
     workdir = tmp_path / "runs"
     folder = workdir / STUDY
@@ -384,6 +389,7 @@ def test_a_full_study_folder_stops_the_sweep_cleanly_and_a_resume_finishes(tmp_p
         assert sum(t["state"] == "COMPLETE" for t in trials) > done_before + 1
 
 
+@pytest.mark.process
 def test_a_read_only_study_folder_is_a_clear_error_and_the_study_intact(tmp_path: Path) -> None:
     workdir = tmp_path / "runs"
     first = _run(_argv(workdir, SOAK, "--max-trials", "2"), tmp_path)

@@ -6,7 +6,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.process  # scripts/gpu_check.sh, a real run each
 
 
 def run_check(*args: str, out: Path) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@ HOOK_DIR = REPO / "trials" / "hook"
 SCRIPT = FAKES / "plain_torch_train.py"
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 
 def train(
@@ -41,7 +42,6 @@ def events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-@pytest.mark.slow
 def test_reports_every_step_and_the_exit_and_changes_nothing_else(tmp_path: Path) -> None:
     # Another sitecustomize later on the path (a distro's, a venv's) must still run.
     other = tmp_path / "site"
@@ -67,7 +67,6 @@ def test_reports_every_step_and_the_exit_and_changes_nothing_else(tmp_path: Path
     assert plain.stdout.splitlines()[-1] == "done"
 
 
-@pytest.mark.slow
 def test_crash_is_recorded_and_the_traceback_left_as_it_was(tmp_path: Path) -> None:
     hook_file = tmp_path / "hook.jsonl"
     proc = train("5", "--crash-at", "3", hook_file=str(hook_file))
@@ -80,7 +79,6 @@ def test_crash_is_recorded_and_the_traceback_left_as_it_was(tmp_path: Path) -> N
     assert records[-1]["exception"] == "builtins.RuntimeError: deliberate crash at step 3"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "target",
     [

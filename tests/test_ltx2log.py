@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from autotune.trainers.readers.ltx2log import Statistics, StepLine, logical_lines, parse_ltx2_output
+from autotune.trainers.readers.ltx2log import Ltx2Log, Statistics, StepLine, logical_lines, parse_ltx2_output
 
 DOC_STEP = "Step 20/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step: 1.23s, Total Time: 0h 1m"
 DOC_STATS = """📊 Training Statistics:
@@ -157,11 +158,31 @@ def test_without_statistics_metrics_use_trainer_figures_where_present() -> None:
     assert metrics.trainer_peak_vram_gb == 45.68
 
 
-@pytest.mark.parametrize("cut", range(0, len(RICH_80) + 1, 7))
-def test_truncated_anywhere_never_raises(cut: int) -> None:
-    log = parse_ltx2_output(RICH_80[:cut])
-    assert len(log.steps) <= 2
-    log.to_metrics(effective_batch=2)
+FULL_80 = parse_ltx2_output(RICH_80)
+
+
+@pytest.mark.parametrize("cut", [*range(0, len(RICH_80), 7), len(RICH_80)])
+def test_truncated_anywhere_keeps_what_was_printed_before_the_cut(cut: int) -> None:
+    """A log cut anywhere gives exactly the Step lines whose record ended before the cut (a
+    record cut inside its ``Total Time`` may only lose that field), and nothing made up."""
+    text = RICH_80[:cut]
+    log = parse_ltx2_output(text)
+    whole = {s.step: s for s in FULL_80.steps}
+    assert [s.step for s in FULL_80.steps] == [20, 40]
+    for s in log.steps:
+        assert s in (whole[s.step], replace(whole[s.step], total_time_s=None))
+    ends = {20: RICH_80.index("0h 0m") + len("0h 0m"), 40: RICH_80.index("0h 1m") + len("0h 1m")}
+    assert all(f"Step {s.step}/50" in text for s in log.steps)
+    assert [s for s in log.steps if cut >= ends[s.step]] == [whole[n] for n in (20, 40) if cut >= ends[n]]
+    if "Training Statistics" not in text:
+        assert log.stats is None
+    if cut == len(RICH_80):
+        assert log == FULL_80 and log.stats == Statistics(
+            total_time_s=72.0, steps_per_s=0.71, samples_per_s=0.71, peak_gb=45.68
+        )
+    metrics = log.to_metrics(effective_batch=2)
+    assert metrics.step_times_s == [s.time_s for s in log.steps]
+    assert metrics.losses == [s.loss for s in log.steps]
 
 
 @pytest.mark.parametrize(
@@ -175,5 +196,7 @@ def test_truncated_anywhere_never_raises(cut: int) -> None:
         42,
     ],
 )
-def test_garbage_never_raises(garbage: object) -> None:
-    parse_ltx2_output(garbage)  # type: ignore[arg-type]
+def test_garbage_reads_as_an_empty_log(garbage: object) -> None:
+    log = parse_ltx2_output(garbage)  # type: ignore[arg-type]
+    assert log == Ltx2Log()
+    assert not log.to_metrics(effective_batch=2).measured

@@ -17,10 +17,13 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
 
 from tests.pg import PostgresServer
+
+pytestmark = pytest.mark.postgres
 
 WORKER = textwrap.dedent(
     """

@@ -19,6 +19,7 @@ import time
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+import pytest
 import sqlalchemy
 from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
@@ -28,6 +29,8 @@ from autotune.store.storage import open_storage
 from autotune.store.study import study_names
 from tests.conftest import REPO
 from tests.pg import PostgresServer
+
+pytestmark = pytest.mark.postgres
 
 OPEN = textwrap.dedent(
     """

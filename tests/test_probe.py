@@ -138,9 +138,34 @@ def test_cli_probe_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
     assert j["count"] == 2 and j["tier"] == "80GB+" and j["mixed"] is False
 
 
+def _driver_truth() -> tuple[bool, list[tuple[str, int]]]:
+    """What the driver says, asked directly through pynvml: (loaded, [(name, bytes), ...])."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False, []
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        names = [pynvml.nvmlDeviceGetName(h) for h in handles]
+        return True, [
+            (
+                name.decode() if isinstance(name, bytes) else str(name),
+                int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+            )
+            for name, h in zip(names, handles, strict=True)
+        ]
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def test_real_probe_on_this_machine() -> None:
-    """The real command, as a user runs it: here there is no driver, and that must be a clean exit 0."""
+    """The real command, as a user runs it, agrees with the driver asked directly: no driver here is
+    a clean exit 0 with the reason and the advice; a driver lists every card with its memory."""
+    loaded, cards = _driver_truth()
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    out = {}
     for args in (["probe"], ["probe", "--json"]):
         proc = subprocess.run(
             [sys.executable, "-m", "autotune", *args],
@@ -152,10 +177,17 @@ def test_real_probe_on_this_machine() -> None:
         )
         assert proc.returncode == 0, proc.stderr
         assert "Traceback" not in proc.stderr and proc.stderr == ""
-        if args[-1] == "--json":
-            j = json.loads(proc.stdout)
-            assert j["available"] in (True, False)
-            if not j["available"]:
-                assert j["reason"] and j["advice"]
-        else:
-            assert "GPU" in proc.stdout
+        out[args[-1]] = proc.stdout
+    j, text = json.loads(out["--json"]), out["probe"]
+    assert j["available"] is loaded
+    assert [(g["name"], g["memory_total_bytes"]) for g in j["gpus"]] == cards
+    assert j["count"] == j["total_on_machine"] == len(cards)
+    if not loaded:
+        assert j["reason"] and f"No NVIDIA GPU available: {j['reason']}." in text
+    if not cards:
+        assert j["tier"] is None and j["advice"]
+        assert all(line in text for line in j["advice"])
+    else:
+        assert j["tier"] is not None and j["advice"] == []
+        assert f"{len(cards)} GPU" in text and all(name in text for name, _ in cards)
+        assert f"tier {j['tier']}" in text

@@ -133,7 +133,29 @@ def test_real_ltx2_configs_are_accepted(ltx2_fixtures: Path) -> None:
     for name in ("t2v_lora.yaml", "t2v_lora_low_vram.yaml", "i2v_lora.yaml"):
         data = yaml.safe_load((ltx2_fixtures / name).read_text(encoding="utf-8"))
         data["reference"] = {"data": {"num_samples": 4}}
-        parse_config(data)
+        cfg = parse_config(data)
+        model, lora, opt, acc = data["model"], data["lora"], data["optimization"], data["acceleration"]
+        assert (cfg.training_mode, cfg.lora_rank, cfg.lora_alpha) == (
+            model["training_mode"],
+            lora["rank"],
+            lora["alpha"],
+        ), name
+        assert cfg.lora_targets == tuple(lora["target_modules"]), name
+        assert (cfg.learning_rate, cfg.steps, cfg.batch_size, cfg.grad_accum) == (
+            float(opt["learning_rate"]),  # PyYAML reads 1e-4 as a string; the schema takes it as a number
+            opt["steps"],
+            opt["batch_size"],
+            opt["gradient_accumulation_steps"],
+        ), name
+        assert (cfg.optimizer, cfg.checkpointing) == (
+            opt["optimizer_type"],
+            opt["enable_gradient_checkpointing"],
+        ), name
+        assert (cfg.quantization, cfg.mixed_precision) == (
+            acc["quantization"],
+            acc["mixed_precision_mode"],
+        ), name
+        assert cfg.seed == data["seed"] and cfg.data.num_samples == 4, name
 
 
 def _key_paths(node: Any, prefix: str = "") -> set[str]:

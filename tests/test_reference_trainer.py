@@ -19,6 +19,7 @@ from tests.conftest import REPO
 from trials.reference.config import DataShape, ModelShape, TrainConfig, parse_config
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from trials.reference.memory import EmulatedCard, format_size  # noqa: E402
 from trials.reference.train import run, statistics_block, step_line  # noqa: E402
@@ -254,7 +255,6 @@ def _trial(tmp_path: Path, **changes: Any) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
 def test_baseline_trial_prints_ltx2_lines_and_writes_metrics(tmp_path: Path) -> None:
     proc = _trial(tmp_path, optimization__steps=6, reference__log_interval=2)
     assert proc.returncode == 0, proc.stderr
@@ -271,7 +271,6 @@ def test_baseline_trial_prints_ltx2_lines_and_writes_metrics(tmp_path: Path) -> 
     assert list((tmp_path / "out" / "checkpoints").glob("lora_weights_step_00006.pt"))
 
 
-@pytest.mark.slow
 def test_over_the_emulated_card_dies_of_a_real_oom(tmp_path: Path) -> None:
     proc = _trial(
         tmp_path,

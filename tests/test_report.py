@@ -410,7 +410,6 @@ def test_write_reports_on_the_real_low_vram_config(tmp_path: Path, ltx2_fixtures
 
 
 def test_ltx2_adapter_writes_only_the_winning_knobs(tmp_path: Path, ltx2_fixtures: Path) -> None:
-    pytest.importorskip("autotune.trainers.ltx2", reason="the ltx2 adapter has not landed yet")
     baseline = ltx2_fixtures / "t2v_lora_low_vram.yaml"
     _, study = build_study(tmp_path, trainer="ltx2", baseline_config=baseline, base_gas=1)
     rep.write_reports(study, tmp_path)
@@ -438,6 +437,7 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.browser
 def test_html_renders_its_charts_in_headless_chromium(tmp_path: Path, known: tuple[Path, str]) -> None:
     browser = _chromium()
     if browser is None:
@@ -519,10 +519,7 @@ def test_expected_files_are_reviewed() -> None:
 def test_winning_config_file_has_the_trainers_own_suffix(trainer: str, suffix: str) -> None:
     from autotune.trainers import get_adapter
 
-    try:
-        adapter = get_adapter(trainer)
-    except Exception as exc:  # an adapter that needs options to be built
-        pytest.skip(f"{trainer} adapter needs options: {exc}")
+    adapter = get_adapter(trainer)
     assert rep._config_suffix(adapter) == suffix
 
 

@@ -135,6 +135,7 @@ def test_steady_output_does_not_count_as_a_stall(tmp_path: Path) -> None:
     assert outcome_of(result) is Outcome.OK
 
 
+@pytest.mark.process
 def test_sigterm_ignorer_and_setsid_grandchild_end_within_timeout_grace_and_1s(tmp_path: Path) -> None:
     """The bound from the issue: timeout + grace + 1 s, and no descendant left alive."""
     limits = RunLimits(wall_timeout_s=1.0, stall_timeout_s=None, grace_s=1.0)
@@ -150,6 +151,7 @@ def test_sigterm_ignorer_and_setsid_grandchild_end_within_timeout_grace_and_1s(t
     assert result.survivors == ()
 
 
+@pytest.mark.process
 def test_hang_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     limits = RunLimits(wall_timeout_s=1.0, stall_timeout_s=None, grace_s=1.0)
     started = time.monotonic()
@@ -169,6 +171,7 @@ def test_grandchild_left_behind_by_a_successful_trainer_is_ended(tmp_path: Path)
     assert_all_gone(pids)
 
 
+@pytest.mark.process
 def test_oom_then_hang_ends_within_10s_of_the_oom_line(tmp_path: Path) -> None:
     """Default limits; the trainer hangs after the OOM and even ignores SIGTERM."""
     seen: list[float] = []

@@ -289,6 +289,8 @@ def _kill_left(*procs: subprocess.Popen[str]) -> None:
             p.wait()
 
 
+@pytest.mark.process
+@pytest.mark.postgres
 def test_three_workers_share_one_postgres_study_and_run_nothing_twice(pg_url: str, tmp_path: Path) -> None:
     go = tmp_path / "go"
     env = _fake_env(tmp_path, sleep_s=0.6)
@@ -325,6 +327,8 @@ def test_three_workers_share_one_postgres_study_and_run_nothing_twice(pg_url: st
     assert study.user_attrs["best_trial"] == winner.number
 
 
+@pytest.mark.process
+@pytest.mark.postgres
 def test_a_killed_worker_trial_is_run_again_by_another(pg_url: str, tmp_path: Path) -> None:
     """SIGKILL a worker mid-trial: the sweep fails that trial as interrupted, ends its orphaned
     trainer and runs the candidate again; everything else still runs once, and the best is found.

@@ -351,6 +351,7 @@ def test_process_environment_is_not_written(tmp_path: Path, monkeypatch: pytest.
 # --- secrets, end to end: a sweep, its study and its reports ----------------------------------------
 
 
+@pytest.mark.process
 def test_secrets_never_reach_the_study_or_the_reports(tmp_path: Path) -> None:
     """A token in autotune's own environment and one in a sana config's ``env:``: the trainer gets
     them; no file under the workdir (database included) and no report holds either."""

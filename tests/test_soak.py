@@ -25,6 +25,8 @@ import pytest
 
 from tests.conftest import FAKES, REPO
 
+pytestmark = pytest.mark.soak
+
 TRIALS = 200
 RSS_GROWTH_LIMIT_MB = 25.0  # 180 trials: ~140 kB each would pass, a real per-trial leak would not
 FD_GROWTH_LIMIT = 3
@@ -54,7 +56,7 @@ def _proc_figures(pid: int) -> tuple[float, int]:
     return rss_kb / 1024, len(os.listdir(f"/proc/{pid}/fd"))
 
 
-@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_200_trials_all_recorded_with_flat_memory_and_descriptors(tmp_path: Path) -> None:
     quants = [f"q{i:03d}" for i in range(120)]
     knobs = tmp_path / "knobs.yaml"

@@ -1,6 +1,6 @@
 """The demo: ``autotune sweep`` with no arguments, end to end on the built-in reference trainer.
 
-Slow (a few minutes of real CPU training): run with ``pytest -m slow``; the CI runs it too.
+Slow (a few minutes of real CPU training): run with ``pytest -m demo``; ``scripts/test.sh`` (CI) runs it too.
 """
 
 from __future__ import annotations
@@ -17,13 +17,10 @@ import pytest
 from tests.conftest import REPO
 
 pytest.importorskip("torch")
-if not (REPO / "configs" / "reference" / "low_vram.yaml").is_file():  # pragma: no cover
-    pytest.skip(
-        "configs/reference/low_vram.yaml not merged yet (reference-trainer helper)", allow_module_level=True
-    )
+pytestmark = [pytest.mark.demo, pytest.mark.torch]
 
 
-@pytest.mark.slow
+@pytest.mark.timeout(660)  # its own subprocess timeout is 600 s
 def test_the_demo_runs_with_no_arguments(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t0 = time.monotonic()

@@ -225,6 +225,7 @@ def test_sweep_over_a_fake_trainer_finds_the_best_and_runs_nothing_twice(clean_r
     print(f"clean sweep: {len(trials)} trials of a 24-point grid in {clean_run['wall_s']:.1f}s")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("seed", [11, 23, 37])
 def test_sigkill_at_random_moments_then_resume_gives_the_same_best(
     seed: int, clean_small: dict[str, Any], tmp_path: Path
@@ -269,6 +270,7 @@ def test_sigkill_at_random_moments_then_resume_gives_the_same_best(
     print(f"seed {seed}: {kills} kills, {sum(interrupted.values())} trials interrupted and re-run")
 
 
+@pytest.mark.process
 def test_a_sweep_killed_while_it_reaped_a_dead_sweeps_trial_leaves_the_next_one_to_finish_it(
     clean_small: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -322,6 +324,7 @@ def test_a_sweep_killed_while_it_reaped_a_dead_sweeps_trial_leaves_the_next_one_
     )
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_ends_the_trial_records_it_interrupted_and_exits_130(
     sig: signal.Signals, tmp_path: Path
@@ -352,6 +355,7 @@ def test_ctrl_c_ends_the_trial_records_it_interrupted_and_exits_130(
         assert max(launched.values()) == 2 and len(launched) == 2
 
 
+@pytest.mark.process
 def test_resume_with_other_settings_is_refused_naming_the_difference(tmp_path: Path) -> None:
     first = _sweep(tmp_path, "--max-trials", "1")
     assert first.returncode == 0, first.stderr
@@ -385,6 +389,7 @@ def test_baseline_crash_stops_at_once_with_the_diagnosis(tmp_path: Path) -> None
     assert len(_launches(tmp_path)) == 1
 
 
+@pytest.mark.process
 def test_baseline_oom_says_nothing_shipped_fits_and_what_could(tmp_path: Path) -> None:
     env = _env(tmp_path, SWEEP_FAKE_CARD_GB="5")  # int8 at batch 1 needs 6 GiB; int4 4, int2 3
     small = [*_argv(tmp_path)[:-4], "--vram-gb", "5", "--max-batch-size", "1"]
@@ -406,6 +411,7 @@ def test_baseline_oom_says_nothing_shipped_fits_and_what_could(tmp_path: Path) -
     assert "'quantization': 'int2-quanto'" in best or "'quantization': 'int4-quanto'" in best
 
 
+@pytest.mark.process
 def test_status_from_another_process_during_a_sweep(tmp_path: Path) -> None:
     gate = tmp_path / "gate"  # the first trial waits for it: status is sure to catch a running trial
     env = _env(tmp_path, SWEEP_FAKE_SLEEP_S="0.1", SWEEP_FAKE_GATE=str(gate))
@@ -461,6 +467,7 @@ def test_effective_batch_kept_by_lowering_accumulation_and_forbidden_past_it(tmp
     assert any(t["params"]["batch_size"] == 2 for t in trials)
 
 
+@pytest.mark.process
 def test_confirm_reruns_the_winner_longer(tmp_path: Path) -> None:
     run = _sweep(tmp_path, "--confirm", "--max-batch-size", "1")
     assert run.returncode == 0, run.stderr

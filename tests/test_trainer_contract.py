@@ -165,18 +165,24 @@ def test_registered_with_a_knob_file(case: Case, tmp_path: Path) -> None:
 
 
 def test_every_knob_value_renders(case: Case, tmp_path: Path) -> None:
+    """Each value of each knob reaches the trial's config: read back, it is the value asked for,
+    and every other knob keeps the baseline's value."""
     adapter, baseline = case.make(tmp_path)
+    before = adapter.baseline_params(baseline)
     for knob in _knobs(adapter):
         values = [1, 2, 4] if knob.get("type") == "int" else [*knob.get("extra_savers", []), *knob["values"]]
         for value in values:
+            trial_dir = tmp_path / "trials" / f"{knob['name']}-{value}"
             spec = adapter.render(
                 baseline,
                 {knob["name"]: value},
-                gradient_accumulation_steps=1,
+                gradient_accumulation_steps=3,
                 steps=3,
-                trial_dir=tmp_path / "trials" / f"{knob['name']}-{value}",
+                trial_dir=trial_dir,
             )
             assert spec.argv
+            rendered = adapter.baseline_params(adapter.load_baseline(trial_dir / "config.yaml"))
+            assert rendered == {**before, knob["name"]: value, "gradient_accumulation_steps": 3}
 
 
 def test_render_writes_only_under_trial_dir(case: Case, tmp_path: Path) -> None:
