@@ -15,7 +15,7 @@ import pytest
 
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.monitor import ResourceMonitor
-from autotune.execution.proctree import MARK_VAR, end_orphaned_trial, is_alive, kill_tree
+from autotune.execution.proctree import MARK_VAR, is_alive, kill_tree, read_process_file
 from autotune.execution.runner import RunLimits, run_trial
 from autotune.gpu.drain import GpuBusyError, describe_holders, used_bytes, wait_for_drain
 from autotune.gpu.nvml import GIB, DeviceInfo
@@ -212,7 +212,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_end_orphaned_trial_reads_process_json(tmp_path: Path) -> None:
+def test_a_trials_process_json_is_enough_to_end_its_orphans(tmp_path: Path) -> None:
+    """What recovery does with a dead sweep's trial folder: read ``process.json``, end the family."""
     mark = uuid.uuid4().hex
     proc, pids = start_orphan(tmp_path, mark)
     try:
@@ -220,9 +221,12 @@ def test_end_orphaned_trial_reads_process_json(tmp_path: Path) -> None:
         (tmp_path / "process.json").write_text(
             json.dumps({"pid": pids["trainer"], "mark": mark, "started_at": started})
         )
-        assert end_orphaned_trial(tmp_path, grace_s=0.3) == sorted(pids.values())
+        record = read_process_file(tmp_path)
+        assert record is not None
+        ended = kill_tree(record.pid, mark=record.mark, grace_s=0.3, started_at=record.started_at)
+        assert ended == sorted(pids.values())
         assert not any(_alive(pid) for pid in pids.values())
-        assert end_orphaned_trial(tmp_path / "nowhere") == []
+        assert read_process_file(tmp_path / "nowhere") is None
     finally:
         proc.kill()
         proc.wait()

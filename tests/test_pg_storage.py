@@ -35,11 +35,10 @@ pytestmark = pytest.mark.postgres
 OPEN = textwrap.dedent(
     """
     import sys
-    from autotune.report import build as report
     from autotune.store.storage import open_storage
     from autotune.store.study import study_names
     if sys.argv[2] == "report":  # autotune report's own read-only opener
-        storage = report.open_storage(sys.argv[1])
+        storage = open_storage(sys.argv[1], read_only=True)
     else:
         storage = open_storage(sys.argv[1], create=sys.argv[2] == "create")
     print("studies:", study_names(storage))

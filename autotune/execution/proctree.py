@@ -222,18 +222,6 @@ def kill_tree(
     return sorted(p.pid for p in targets)
 
 
-def end_orphaned_trial(trial_dir: Path, *, grace_s: float = 5.0) -> list[int]:
-    """End whatever is left of a trial whose orchestrator died (resume); returns the pids ended.
-
-    Reads the trial's ``process.json``; only processes that carry its environment
-    mark are touched, so a pid reused since then is safe. No file: nothing to end.
-    """
-    record = read_process_file(trial_dir)
-    if record is None:
-        return []
-    return kill_tree(record.pid, mark=record.mark, grace_s=grace_s, started_at=record.started_at)
-
-
 def _children_map() -> dict[int, list[int]]:
     """Parent pid -> child pids. Reads /proc/*/stat directly on Linux (a third of psutil's cost)."""
     out: dict[int, list[int]] = {}

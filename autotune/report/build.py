@@ -24,7 +24,7 @@ from autotune.report.jsondoc import render_json, report_dict
 from autotune.report.load import build_report, read_timeline
 from autotune.report.markdown import render_markdown
 from autotune.report.model import MEASURES, Report, RuledOut, TrialRow, oom_text, pick_best
-from autotune.report.opening import DEFAULT_WORKDIR, default_storage, open_storage, open_study
+from autotune.report.opening import DEFAULT_WORKDIR, default_storage, open_study
 from autotune.report.winning import config_suffix as _config_suffix
 from autotune.report.winning import load_baseline, settings_hash, winning_config
 
@@ -48,7 +48,6 @@ __all__ = [
     "load_baseline",
     "memory_chart",
     "oom_text",
-    "open_storage",
     "open_study",
     "pick_best",
     "read_timeline",

@@ -13,11 +13,13 @@ for several machines) with ``--storage``.
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from optuna.storages import RDBStorage
 
-from autotune.errors import StorageError, UsageError
+from autotune.errors import StorageError, StudyNotFoundError, UsageError
 from autotune.store import postgres
 from autotune.store.optuna_private import engine
 from autotune.store.sqlite import (
@@ -30,13 +32,16 @@ from autotune.store.sqlite import (
 from autotune.store.urls import check_storage_url, is_sqlite, redact_url, sqlite_path
 
 
-def open_storage(url: str, *, create: bool = True) -> RDBStorage:
-    """An ``RDBStorage`` for ``url``; ``create=False`` refuses to make a new database.
+def open_storage(url: str, *, create: bool = True, read_only: bool = False) -> RDBStorage:
+    """An ``RDBStorage`` for ``url``; ``create=False`` refuses to make a new database, and
+    ``read_only=True`` opens it so that nothing can be written (``autotune report``).
 
     SQLite gets WAL journaling (readers and the writer do not block each other)
     and a long connect timeout. Errors become ``StorageError``/``UsageError`` with
     the URL and what to do.
     """
+    if read_only:
+        return _open_read_only(url)
     check_storage_url(url)
     engine_kwargs: dict[str, Any] = {}
     path = sqlite_path(url)
@@ -97,3 +102,57 @@ def new_rdb_storage(
         return RDBStorage(url, **options)
     with postgres.setup_lock(url, engine_kwargs, create=create):
         return RDBStorage(url, **options)
+
+
+def _open_read_only(url: str) -> RDBStorage:
+    """For readers that must never write (``autotune report``): SQLite's own read-only mode, so
+    not even Optuna's start-up bookkeeping can write; a missing database is ``StudyNotFoundError``."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StudyNotFoundError(
+            f"--storage {redact_url(url)!r} is not a database URL; use sqlite:///PATH/studies.db or "
+            "postgresql://USER@HOST/DB"
+        ) from None
+    connect_args: dict[str, Any] = {}
+    open_url = url
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database or ""
+        if db in ("", ":memory:") or not Path(db).is_file():
+            raise StudyNotFoundError(
+                f"no study database at {db or url!r}; run 'autotune sweep' first, or point "
+                "--storage (or --workdir) at the sweep's studies.db"
+            )
+        check_sqlite_file(Path(db))  # not SQLite, damaged, another program's, a newer Optuna's
+        # SQLite's own read-only mode: even Optuna's start-up bookkeeping cannot write.
+        open_url = f"sqlite:///file:{quote(str(Path(db).resolve()))}?mode=ro&uri=true"
+        connect_args["timeout"] = 20  # a live sweep may hold the lock for a moment
+    elif parsed.get_backend_name().startswith("postgres"):
+        connect_args["connect_timeout"] = 20
+    shown = redact_url(url)
+    try:
+        parsed.get_dialect()
+    except Exception:  # sqlalchemy has no such database kind: the URL is wrong, not the database
+        raise StudyNotFoundError(
+            f"--storage {shown!r}: unknown database kind {parsed.drivername!r}; use sqlite:///PATH/studies.db "
+            "or postgresql://USER@HOST/DB"
+        ) from None
+    try:
+        return new_rdb_storage(
+            open_url, {"connect_args": connect_args}, create=False, skip_compatibility_check=True
+        )
+    except StorageError:
+        raise
+    except Exception as exc:
+        raise StorageError(
+            f"cannot read studies from {shown}: {first_line(exc)} (is it an autotune study database?)"
+        ) from None
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
