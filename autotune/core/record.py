@@ -22,7 +22,7 @@ from autotune.core.outcome import Outcome
 KEYS: dict[str, str] = {
     # who runs it and how
     "role": "baseline, search or confirm",
-    "trial_tag": "the value of AUTOTUNE_TRIAL_ID its processes carry",
+    "trial_tag": "the value of AUTOTUNE_TRIAL_MARK its processes carry",
     "steps": "optimizer steps it was run with",
     "gradient_accumulation_steps": "accumulation derived from its batch size",
     "effective_batch": "batch size x accumulation x GPUs",
