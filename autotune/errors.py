@@ -40,6 +40,10 @@ class StudyMismatchError(UsageError):
     """A resumed sweep's settings differ from the stored study's."""
 
 
+class ConfigEditError(AutotuneError):
+    """autotune's own edit of a config came out wrong (a bug of ours, not the user's file)."""
+
+
 class StorageError(AutotuneError):
     """The study database cannot be opened, read or written."""
 

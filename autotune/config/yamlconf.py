@@ -6,17 +6,18 @@ Plain data: ``autotune.core.yamltext.load_yaml``. Edits of a trainer's own file:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
+from autotune.config import yamledit
 from autotune.core.yamltext import load_yaml
-from autotune.errors import ConfigError
+from autotune.errors import ConfigEditError, ConfigError
+
+_MISSING = object()
 
 
 def read_config_text(path: Path, what: str = "config file") -> str:
@@ -102,27 +103,89 @@ class RoundTripConfig:
         self.set_many({dotted: value})
 
     def set_many(self, values: Mapping[str, Any]) -> None:
-        """Set several leaves with one parse for all keys that already exist (a render sets ~15)."""
+        """Set several leaves; every line not set stays as written.
+
+        A value the file already says keeps its spelling (``none``, ``~``, ``True``, quotes).
+        The edit is a line edit where that is exact, else ruamel's round trip; either way the
+        result is parsed and compared with the data intended, and a mismatch is our bug
+        (``ConfigEditError``), never the user's syntax error.
+        """
+        plain = self.to_plain()
+        edits: dict[str, Any] = {}
+        for dotted, value in values.items():
+            self._deepest_section(dotted)  # setting through a scalar is the caller's mistake
+            old = _lookup(plain, dotted)
+            if old is not _MISSING and yamledit.keeps_spelling(old, value):
+                continue
+            edits[dotted] = value
+        if not edits:
+            return
+        want = yamledit.intended(plain, edits)
+        before, doc = self._text, self._doc
+        try:
+            self._line_edit(edits)
+            text: str | None = self._text
+        except Exception:  # any failure of the line edit falls back to the round trip
+            text = None
+        self._text, self._doc = before, doc
+        if text is None or not yamledit.matches(text, want):
+            try:
+                text = yamledit.ruamel_rewrite(before, edits, want)
+            except Exception as exc:  # reported below as ours, with the cause
+                raise ConfigEditError(_our_fault(self.source, edits, f"{type(exc).__name__}: {exc}")) from exc
+            if not yamledit.matches(text, want):
+                raise ConfigEditError(
+                    _our_fault(self.source, edits, "the edited text does not read back as set")
+                )
+        self._reload(text)
+
+    def _line_edit(self, edits: Mapping[str, Any]) -> None:
+        """Edit in place: flow values by their exact span, block values by line, then add missing keys."""
+        root = yamledit.compose(self._text)
+        shared = yamledit.shared_nodes(root)
+        spans: list[tuple[int, int, str]] = []
+        block: dict[str, Any] = {}
+        missing: dict[str, Any] = {}
+        for dotted, value in edits.items():
+            parts = dotted.split(".")
+            path = yamledit.section_path(root, parts[:-1])
+            pair = yamledit.own_pair(path[-1], parts[-1]) if len(path) == len(parts) else None
+            if pair is None:
+                missing[dotted] = value
+                continue
+            node = pair[1]
+            if not yamledit.is_plain_node(self._text, node, shared):
+                raise ConfigEditError("an anchored or aliased value: not a line edit")
+            if path[-1].flow_style or getattr(node, "flow_style", False):
+                start, end = node.start_mark.index, node.end_mark.index
+                spans.append((start, end, yamledit.styled(self._text[start:end], value)))
+            else:
+                block[dotted] = value
+        text = self._text
+        for start, end, rendered in sorted(spans, reverse=True):
+            text = text[:start] + rendered + text[end:]
+        if spans:
+            self._reload(text)
+        if block:
+            self._block_edit(block)
+        for dotted, value in missing.items():
+            self._insert(dotted, value)
+
+    def _block_edit(self, values: Mapping[str, Any]) -> None:
+        """Replace the values of keys in block mappings, line by line (one parse for all)."""
         lines = self._text.splitlines(keepends=True)
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
         existing: list[tuple[int, CommentedMap, str, Any]] = []
-        missing: dict[str, Any] = {}
         for dotted, value in values.items():
-            node, depth = self._deepest_section(dotted)
-            parts = dotted.split(".")
-            if depth == len(parts) - 1 and parts[-1] in node:
-                existing.append((node.lc.key(parts[-1])[0], node, parts[-1], value))
-            else:
-                missing[dotted] = value
+            node, _ = self._deepest_section(dotted)
+            key = dotted.split(".")[-1]
+            existing.append((node.lc.key(key)[0], node, key, value))
         # Bottom-up, so an edit never moves the lines of the ones still to come.
         for _, node, key, value in sorted(existing, key=lambda e: e[0], reverse=True):
-            rendered = _keep_quotes(lines, node, key, value, _flow(value))
+            rendered = _keep_style(lines, node, key, value)
             lines = _replace_value(lines, node, key, rendered)
-        if existing:
-            self._reload("".join(lines))
-        for dotted, value in missing.items():
-            self._insert(dotted, value)
+        self._reload("".join(lines))
 
     def _deepest_section(self, dotted: str) -> tuple[CommentedMap, int]:
         """The deepest section on ``dotted``'s path that exists, and its depth."""
@@ -143,17 +206,15 @@ class RoundTripConfig:
             lines[-1] += "\n"
         node, depth = self._deepest_section(dotted)
         missing = dotted.split(".")[depth:]
-        if depth and node.fa.flow_style():  # ``section: {a: 1}``: rewrite the flow mapping whole
-            merged = _plain(node)
-            cursor = merged
-            for part in missing[:-1]:
-                cursor = cursor.setdefault(part, {})
-            cursor[missing[-1]] = value
-            self.set_many({".".join(dotted.split(".")[:depth]): merged})
+        if depth and node.fa.flow_style():  # ``section: {a: 1}``: add before its closing brace
+            section = yamledit.section_path(yamledit.compose(self._text), dotted.split(".")[:depth])
+            if len(section) != depth + 1:
+                raise ConfigEditError("a flow section not written in the file itself")
+            self._reload(yamledit.flow_insert(self._text, section[-1], missing, value))
             return
         indent = _child_indent(node, lines) if depth else 0
         new = [" " * (indent + 2 * i) + f"{part}:\n" for i, part in enumerate(missing[:-1])]
-        new.append(" " * (indent + 2 * (len(missing) - 1)) + f"{missing[-1]}: {_flow(value)}\n")
+        new.append(" " * (indent + 2 * (len(missing) - 1)) + f"{missing[-1]}: {yamledit.flow(value)}\n")
         at = _block_end(node, lines) if depth else len(lines)
         if not depth and lines and lines[-1].strip():
             new.insert(0, "\n")
@@ -183,11 +244,6 @@ def _plain(node: Any) -> Any:
 
 def _rt() -> YAML:
     return YAML(typ="rt")
-
-
-def _flow(value: Any) -> str:
-    """One-line YAML for a value (``null``, ``true``, ``4``, ``"text"``, ``[]``)."""
-    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
 
 
 def _replace_value(lines: list[str], parent: CommentedMap, key: str, rendered: str) -> list[str]:
@@ -231,14 +287,32 @@ def _replace_value(lines: list[str], parent: CommentedMap, key: str, rendered: s
     return lines
 
 
-def _keep_quotes(lines: list[str], parent: CommentedMap, key: str, value: Any, rendered: str) -> str:
-    """A string replacing a double-quoted string stays double-quoted, as the file's author wrote it."""
-    if not isinstance(value, str) or not isinstance(parent[key], str):
-        return rendered
+def _keep_style(lines: list[str], parent: CommentedMap, key: str, value: Any) -> str:
+    """``value`` in the style of the scalar it replaces (quotes, ``True``), as the file's author wrote it."""
+    old = parent[key]
+    if not isinstance(old, (str, bool)) or isinstance(old, bool) is not isinstance(value, bool):
+        return yamledit.flow(value)
     line_no, col = parent.lc.value(key)
-    if line_no < len(lines) and lines[line_no][col : col + 1] == '"':
-        return json.dumps(value, ensure_ascii=False)
-    return rendered
+    token = lines[line_no][col:].split("#", 1)[0].strip() if line_no < len(lines) else ""
+    return yamledit.styled(token, value)
+
+
+def _lookup(plain: Any, dotted: str) -> Any:
+    node = plain
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _our_fault(source: str, edits: Mapping[str, Any], why: str) -> str:
+    keys = ", ".join(edits)
+    return (
+        f"autotune could not edit {source} correctly (setting {keys}): {why}. This is a bug in "
+        "autotune, not in your file, which is valid YAML and was left as it is; please report it "
+        "with the file attached"
+    )
 
 
 def _is_block(value: Any) -> bool:

@@ -1,0 +1,254 @@
+"""The exact parts of config editing: where a value's text lies, what the edit must produce, and
+the ruamel round trip used when a line edit cannot be exact.
+
+``RoundTripConfig`` (``yamlconf``) edits lines; this module gives it the node spans of flow
+collections (``{a: 1, b: 2}``, one line or many), the data an edit must yield (checked after
+every edit), the spelling a written-back value keeps (``none``, ``True``, quotes), and the
+full round trip that keeps comments when a line edit would not be exact (aliases, merges).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
+from ruamel.yaml.util import load_yaml_guess_indent
+
+from autotune.core.yamltext import load_yaml
+from autotune.errors import ConfigEditError
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def flow(value: Any) -> str:
+    """One-line YAML for a value (``null``, ``true``, ``4``, ``"text"``, ``[]``)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+
+
+def keeps_spelling(old: Any, new: Any) -> bool:
+    """Whether ``old``'s text already says ``new``: then the file's spelling stays (``none``, ``~``,
+    ``True``). The study stores YAML null as ``none``, so a ``none`` the user wrote is null to us."""
+    if type(old) is type(new) and old == new:
+        return True
+    return new is None and isinstance(old, str) and old.strip().lower() == "none"
+
+
+def styled(token: str, value: Any) -> str:
+    """``value`` written in the style of the token it replaces: the same quotes, the same ``True``."""
+    rendered = flow(value)
+    if isinstance(value, bool) and token.strip().lower() in ("true", "false"):
+        word = token.strip()
+        new = "true" if value else "false"
+        if word.isupper():
+            return new.upper()
+        return new.capitalize() if word[:1].isupper() else new
+    if isinstance(value, str) and token[:1] == '"':
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str) and token[:1] == "'" and value.isprintable():
+        return "'" + value.replace("'", "''") + "'"
+    return rendered
+
+
+def unshared(data: Any) -> Any:
+    """A deep copy in which no two places share a container (a YAML alias shares them)."""
+    if isinstance(data, Mapping):
+        return {k: unshared(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [unshared(v) for v in data]
+    return data
+
+
+def intended(plain: Any, edits: Mapping[str, Any]) -> dict[str, Any]:
+    """The data the file must hold after ``edits``: every other leaf as it was."""
+    out = unshared(plain) if isinstance(plain, Mapping) else {}
+    for dotted, value in edits.items():
+        node = out
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = unshared(value)
+    return out
+
+
+def matches(text: str, want: Any) -> bool:
+    """Whether ``text`` parses to exactly ``want`` (types included: ``True`` is not ``1``)."""
+    try:
+        got = load_yaml(text)
+    except Exception:  # any failure means our edit was not exact
+        return False
+    return _same(got, want)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+# --- where a value's text lies (PyYAML's node marks) ---------------------------------------------
+
+
+def compose(text: str) -> yaml.Node | None:
+    return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
+def own_pair(mapping: yaml.Node, key: str) -> tuple[yaml.Node, yaml.Node] | None:
+    """The ``(key, value)`` nodes ``mapping`` writes itself for ``key`` (not one merged in)."""
+    if not isinstance(mapping, yaml.MappingNode):
+        return None
+    for k, v in mapping.value:
+        if isinstance(k, yaml.ScalarNode) and k.tag != _MERGE and k.value == key:
+            return k, v
+    return None
+
+
+def section_path(root: yaml.Node | None, parts: list[str]) -> list[yaml.Node]:
+    """The mapping nodes along ``parts`` that the file writes itself (stops where one is missing)."""
+    nodes: list[yaml.Node] = [root] if isinstance(root, yaml.MappingNode) else []
+    for part in parts:
+        pair = own_pair(nodes[-1], part) if nodes else None
+        if pair is None or not isinstance(pair[1], yaml.MappingNode):
+            break
+        nodes.append(pair[1])
+    return nodes
+
+
+def is_plain_node(text: str, node: yaml.Node, shared: set[int]) -> bool:
+    """A node a span edit may replace: written here once (no anchor, alias or tag on it)."""
+    return id(node) not in shared and text[node.start_mark.index : node.start_mark.index + 1] not in (
+        "&",
+        "*",
+        "!",
+    )
+
+
+def shared_nodes(root: yaml.Node | None) -> set[int]:
+    """Ids of nodes reached more than once (an anchor with aliases): editing them edits every use."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+
+    def walk(node: yaml.Node) -> None:
+        if id(node) in seen:
+            shared.add(id(node))
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                walk(k)
+                walk(v)
+        elif isinstance(node, yaml.SequenceNode):
+            for v in node.value:
+                walk(v)
+
+    if root is not None:
+        walk(root)
+    return shared
+
+
+def flow_insert(text: str, mapping: yaml.Node, missing: list[str], value: Any) -> str:
+    """``text`` with ``missing`` (nested keys) added just before a flow mapping's closing brace."""
+    nested: Any = value
+    for part in reversed(missing[1:]):
+        nested = {part: nested}
+    entry = f"{flow(missing[0])}: {flow(nested)}"
+    close = mapping.end_mark.index - 1
+    if text[close] != "}":
+        raise ConfigEditError("not a flow mapping")
+    before = text[:close].rstrip()
+    sep = "" if before.endswith(("{", ",")) else ","
+    space = "" if before.endswith("{") else " "
+    return before + sep + space + entry + text[len(before) : close] + text[close:]
+
+
+# --- the round trip, when a line edit cannot be exact --------------------------------------------
+
+
+def ruamel_rewrite(text: str, edits: Mapping[str, Any], want: Any) -> str:
+    """``text`` loaded and dumped by ruamel's round trip (comments and quotes kept) with ``edits`` set.
+
+    An anchored value edited at one place would change at every alias and merge too: the places
+    that must not change get their old value written explicitly, and the result is checked.
+    """
+    _, indent, offset = load_yaml_guess_indent(text)
+    yml = YAML(typ="rt")
+    yml.preserve_quotes = True
+    yml.width = 10**6
+    yml.indent(mapping=indent or 2, sequence=(indent or 2) + (offset or 0), offset=offset or 0)
+    yml.representer.add_representer(
+        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
+    doc = yml.load(text)
+    if doc is None:
+        doc = CommentedMap()
+    for dotted, value in edits.items():
+        _rt_set(doc, dotted.split("."), value)
+    out = _dump(yml, doc)
+    if matches(out, want):
+        return out
+    got = load_yaml(out)
+    for dotted, value in _differences(got, want):
+        _rt_set(doc, dotted, value)
+    return _dump(yml, doc)
+
+
+def _dump(yml: YAML, doc: Any) -> str:
+    buf = io.StringIO()
+    yml.dump(doc, buf)
+    return buf.getvalue()
+
+
+def _differences(got: Any, want: Any, prefix: tuple[str, ...] = ()) -> list[tuple[list[str], Any]]:
+    """Leaf paths where ``got`` is not ``want``, with the wanted value."""
+    if isinstance(got, Mapping) and isinstance(want, Mapping):
+        out: list[tuple[list[str], Any]] = []
+        for key, value in want.items():
+            if key not in got:
+                out.append(([*prefix, key], value))
+            else:
+                out.extend(_differences(got[key], value, (*prefix, key)))
+        return out
+    return [] if _same(got, want) else [(list(prefix), want)]
+
+
+def _rt_set(doc: Any, parts: list[str], value: Any) -> None:
+    node = doc
+    for part in parts[:-1]:
+        child = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(child, CommentedMap):
+            child = CommentedMap()
+            node[part] = child
+        node = child
+    old = node.get(parts[-1]) if parts[-1] in node else None
+    node[parts[-1]] = _rt_value(old, value)
+
+
+def _rt_value(old: Any, value: Any) -> Any:
+    """A value for ruamel to dump as ``flow`` would, in the quotes of the string it replaces."""
+    if isinstance(value, str):
+        if isinstance(old, SingleQuotedScalarString):
+            return SingleQuotedScalarString(value)
+        if isinstance(old, DoubleQuotedScalarString) or flow(value).startswith('"'):
+            return DoubleQuotedScalarString(value)
+        if flow(value).startswith("'"):
+            return SingleQuotedScalarString(value)
+        return value
+    if isinstance(value, Mapping):
+        cm = CommentedMap((k, _rt_value(None, v)) for k, v in value.items())
+        cm.fa.set_flow_style()
+        return cm
+    if isinstance(value, list):
+        cs = CommentedSeq(_rt_value(None, v) for v in value)
+        cs.fa.set_flow_style()
+        return cs
+    return value
