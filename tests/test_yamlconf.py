@@ -124,3 +124,153 @@ def test_real_configs_round_trip_untouched(ltx2_fixtures: Path) -> None:
         cfg = RoundTripConfig.from_text(text, str(path))
         cfg.set_many({})
         assert cfg.dump() == text
+
+
+# Any valid YAML: each row is (file, edits, the file after them). Flow style, aliases, merges and
+# quoted keys are edited in place where that is exact, else by ruamel's round trip; either way
+# comments stay and a value the file already says keeps its spelling.
+ANY_YAML = [
+    pytest.param(
+        "model: {path: /m}\noptimization: {batch_size: 1, steps: 40}  # short\n",
+        {"optimization.batch_size": 4, "optimization.lr": 0.1},
+        "model: {path: /m}\noptimization: {batch_size: 4, steps: 40, lr: 0.1}  # short\n",
+        id="flow-one-line",
+    ),
+    pytest.param(
+        "optimization: {\n  batch_size: 1,  # per GPU\n  steps: 40\n}\n",
+        {"optimization.batch_size": 4, "optimization.optimizer_type": "adamw"},
+        "optimization: {\n  batch_size: 4,  # per GPU\n  steps: 40,\n  optimizer_type: adamw\n}\n",
+        id="flow-multi-line",
+    ),
+    pytest.param(
+        "optimization: {\n  batch_size: 1,\n  steps: 40,\n}\n",
+        {"optimization.lr": 1},
+        "optimization: {\n  batch_size: 1,\n  steps: 40,\n  lr: 1\n}\n",
+        id="flow-multi-line-trailing-comma",
+    ),
+    pytest.param(
+        "a: {b: {c: 1, d: [1, 2]}, e: 'q'}  # nested\n",
+        {"a.b.c": 2, "a.b.d": [3], "a.e": "z", "a.b.f.g": None},
+        "a: {b: {c: 2, d: [3], f: {g: null}}, e: 'z'}  # nested\n",
+        id="flow-nested",
+    ),
+    pytest.param(
+        "steps: &n 40\ntraining:\n  steps: *n  # same as above\nvalidation: {steps: *n, every: 2}\n",
+        {"training.steps": 60, "validation.steps": 5},
+        "steps: &n 40\ntraining:\n  steps: 60  # same as above\nvalidation: {steps: 5, every: 2}\n",
+        id="alias-edited-where-written",
+    ),
+    pytest.param(
+        "base: &b 1\nother:\n  batch_size: *b\n",
+        {"base": 4},
+        "base: 4\nother:\n  batch_size: &b 1\n",
+        id="alias-target-edited-alias-keeps-value",
+    ),
+    pytest.param(
+        "defaults: &d\n  lr: 1  # c\n  bs: 1\noptimization:\n  <<: *d\n  steps: 40\n",
+        {"optimization.bs": 4},
+        "defaults: &d\n  lr: 1  # c\n  bs: 1\noptimization:\n  <<: *d\n  steps: 40\n  bs: 4\n",
+        id="merged-key-overridden",
+    ),
+    pytest.param(
+        "defaults: &d {lr: 1, bs: 1}\noptimization: {<<: *d, steps: 40}\n",
+        {"optimization.bs": 4},
+        "defaults: &d {lr: 1, bs: 1}\noptimization: {<<: *d, steps: 40, bs: 4}\n",
+        id="merged-key-overridden-flow",
+    ),
+    pytest.param(
+        "defaults: &d\n  lr: 1  # c\n  bs: 1\noptimization:\n  <<: *d\n  steps: 40\n",
+        {"defaults.lr": 4},
+        "defaults: &d\n  lr: 4  # c\n  bs: 1\noptimization:\n  <<: *d\n  steps: 40\n  lr: 1\n",
+        id="merge-source-edited-merged-copy-keeps-value",
+    ),
+    pytest.param(
+        "opt: &o\n  bs: 1  # c\nother: *o\n",
+        {"other.bs": 4},
+        "opt:\n  bs: 1  # c\nother:\n  bs: 4\n",
+        id="aliased-section-edited-at-the-alias",
+    ),
+    pytest.param(
+        "opt: &o\n  bs: 1  # c\nother: *o\n",
+        {"opt.bs": 4},
+        "opt:\n  bs: 4  # c\nother:\n  bs: 1\n",
+        id="aliased-section-edited-at-the-anchor",
+    ),
+    pytest.param(
+        '"optimization":\n  \'batch_size\': 1\n  "optimizer_type": "adamw8bit"\n',
+        {"optimization.batch_size": 4, "optimization.optimizer_type": "adamw"},
+        '"optimization":\n  \'batch_size\': 4\n  "optimizer_type": "adamw"\n',
+        id="quoted-keys-block",
+    ),
+    pytest.param(
+        "o: {\"batch_size\": 1, 'q': 'x'}\n",
+        {"o.batch_size": 4, "o.q": "it's"},
+        "o: {\"batch_size\": 4, 'q': 'it''s'}\n",
+        id="quoted-keys-flow-single-quotes-kept",
+    ),
+    pytest.param(
+        "acceleration:\n  quantization: none  # off\n  a: ~\n  b: True\n  c: null\n  d: NULL\n",
+        {
+            "acceleration.quantization": None,
+            "acceleration.a": None,
+            "acceleration.b": False,
+            "acceleration.c": None,
+        },
+        "acceleration:\n  quantization: none  # off\n  a: ~\n  b: False\n  c: null\n  d: NULL\n",
+        id="spelling-kept-block",
+    ),
+    pytest.param(
+        "acceleration: {quantization: none, b: TRUE, c: ~, d: yes}\n",
+        {
+            "acceleration.quantization": None,
+            "acceleration.b": False,
+            "acceleration.c": None,
+            "acceleration.d": True,
+        },
+        "acceleration: {quantization: none, b: FALSE, c: ~, d: yes}\n",
+        id="spelling-kept-flow",
+    ),
+    pytest.param(
+        "acceleration:\n  quantization: int8-quanto\n",
+        {"acceleration.quantization": None},
+        "acceleration:\n  quantization: null\n",
+        id="a-new-null-is-null",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "edits", "expected"), ANY_YAML)
+def test_any_valid_yaml_is_edited_exactly(text: str, edits: dict[str, Any], expected: str) -> None:
+    cfg = RoundTripConfig.from_text(text, "base.yaml")
+    before = load_yaml(text)
+    cfg.set_many(edits)
+    assert cfg.dump() == expected
+    after = cfg.to_plain()
+    for key, value in edits.items():
+        old, new = dict(dotted_items(before)).get(key), dict(dotted_items(after))[key]
+        assert (type(new), new) == (type(value), value) or (value is None and old == "none"), key
+    # Every leaf not set keeps its value (an alias or merge does not carry an edit elsewhere).
+    untouched = {k: v for k, v in dotted_items(before) if k not in edits}
+    assert {k: v for k, v in dotted_items(after) if k in untouched} == untouched
+
+
+def test_set_one_by_one_on_a_flow_config_stays_valid() -> None:
+    cfg = RoundTripConfig.from_text("optimization: {batch_size: 1, steps: 40}\n", "base.yaml")
+    for key, value in [("optimization.batch_size", 2), ("optimization.steps", 5), ("hub.push", False)]:
+        cfg.set(key, value)
+    assert cfg.to_plain() == {"optimization": {"batch_size": 2, "steps": 5}, "hub": {"push": False}}
+
+
+def test_our_failed_edit_is_our_error_not_the_users(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.config import yamledit
+    from autotune.errors import ConfigEditError, UsageError
+
+    text = "optimization: {batch_size: 1, steps: 40}\n"
+    cfg = RoundTripConfig.from_text(text, "base.yaml")
+    monkeypatch.setattr(yamledit, "ruamel_rewrite", lambda *_: "optimization: {batch_size: 1, steps: [\n")
+    monkeypatch.setattr(yamledit, "flow", lambda _v: "[")  # both editors now write broken YAML
+    with pytest.raises(ConfigEditError, match=r"bug in autotune, not in your file") as info:
+        cfg.set("optimization.batch_size", 4)
+    assert not isinstance(info.value, UsageError)
+    assert "syntax error" not in str(info.value)
+    assert cfg.dump() == text  # the document is left as it was

@@ -141,7 +141,7 @@ class RoundTripConfig:
 
     def _line_edit(self, edits: Mapping[str, Any]) -> None:
         """Edit in place: flow values by their exact span, block values by line, then add missing keys."""
-        root = yamledit.compose(self._text)
+        root, aliases = yamledit.compose(self._text)
         shared = yamledit.shared_nodes(root)
         spans: list[tuple[int, int, str]] = []
         block: dict[str, Any] = {}
@@ -154,6 +154,10 @@ class RoundTripConfig:
                 missing[dotted] = value
                 continue
             node = pair[1]
+            alias = aliases.get((id(path[-1]), id(pair[0])))
+            if alias is not None:  # ``key: *name``: only this place changes, the anchor stays
+                spans.append((*alias, yamledit.flow(value)))
+                continue
             if not yamledit.is_plain_node(self._text, node, shared):
                 raise ConfigEditError("an anchored or aliased value: not a line edit")
             if path[-1].flow_style or getattr(node, "flow_style", False):
@@ -207,7 +211,7 @@ class RoundTripConfig:
         node, depth = self._deepest_section(dotted)
         missing = dotted.split(".")[depth:]
         if depth and node.fa.flow_style():  # ``section: {a: 1}``: add before its closing brace
-            section = yamledit.section_path(yamledit.compose(self._text), dotted.split(".")[:depth])
+            section = yamledit.section_path(yamledit.compose(self._text)[0], dotted.split(".")[:depth])
             if len(section) != depth + 1:
                 raise ConfigEditError("a flow section not written in the file itself")
             self._reload(yamledit.flow_insert(self._text, section[-1], missing, value))

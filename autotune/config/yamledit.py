@@ -99,8 +99,28 @@ def _same(a: Any, b: Any) -> bool:
 # --- where a value's text lies (PyYAML's node marks) ---------------------------------------------
 
 
-def compose(text: str) -> yaml.Node | None:
-    return yaml.compose(text, Loader=yaml.SafeLoader)
+class _Composer(yaml.SafeLoader):
+    """PyYAML's composer, noting where each alias (``*name``) is written: an alias composes to its
+    anchor's node, whose marks are the anchor's place, not the alias's."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.aliases: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            self.aliases[(id(parent), id(index))] = (event.start_mark.index, event.end_mark.index)
+        return super().compose_node(parent, index)  # type: ignore[no-any-return]
+
+
+def compose(text: str) -> tuple[yaml.Node | None, dict[tuple[int, int], tuple[int, int]]]:
+    """The node tree of ``text``, and the span of each alias by ``(id(mapping), id(key node))``."""
+    loader = _Composer(text)
+    try:
+        return loader.get_single_node(), loader.aliases
+    finally:
+        loader.dispose()
 
 
 def own_pair(mapping: yaml.Node, key: str) -> tuple[yaml.Node, yaml.Node] | None:
@@ -156,6 +176,27 @@ def shared_nodes(root: yaml.Node | None) -> set[int]:
     return shared
 
 
+def alias_paths(text: str) -> set[tuple[str, ...]]:
+    """The key paths whose value is written as an alias (``key: *name``)."""
+    root, aliases = compose(text)
+    out: set[tuple[str, ...]] = set()
+
+    def walk(node: yaml.Node | None, prefix: tuple[str, ...]) -> None:
+        if not isinstance(node, yaml.MappingNode):
+            return
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                continue
+            path = (*prefix, k.value)
+            if (id(node), id(k)) in aliases:
+                out.add(path)
+            else:
+                walk(v, path)
+
+    walk(root, ())
+    return out
+
+
 def flow_insert(text: str, mapping: yaml.Node, missing: list[str], value: Any) -> str:
     """``text`` with ``missing`` (nested keys) added just before a flow mapping's closing brace."""
     nested: Any = value
@@ -167,6 +208,10 @@ def flow_insert(text: str, mapping: yaml.Node, missing: list[str], value: Any) -
         raise ConfigEditError("not a flow mapping")
     before = text[:close].rstrip()
     sep = "" if before.endswith(("{", ",")) else ","
+    if "\n" in text[len(before) : close]:  # the brace on a line of its own: the entry gets one too
+        last = before[before.rfind("\n") + 1 :]
+        indent = len(last) - len(last.lstrip()) + (2 if before.endswith("{") else 0)
+        return before + sep + "\n" + " " * indent + entry + text[len(before) : close] + text[close:]
     space = "" if before.endswith("{") else " "
     return before + sep + space + entry + text[len(before) : close] + text[close:]
 
@@ -191,14 +236,15 @@ def ruamel_rewrite(text: str, edits: Mapping[str, Any], want: Any) -> str:
     doc = yml.load(text)
     if doc is None:
         doc = CommentedMap()
+    aliased = alias_paths(text)
     for dotted, value in edits.items():
-        _rt_set(doc, dotted.split("."), value)
+        _rt_set(doc, dotted.split("."), value, aliased)
     out = _dump(yml, doc)
     if matches(out, want):
         return out
     got = load_yaml(out)
     for dotted, value in _differences(got, want):
-        _rt_set(doc, dotted, value)
+        _rt_set(doc, dotted, value, aliased)
     return _dump(yml, doc)
 
 
@@ -221,16 +267,33 @@ def _differences(got: Any, want: Any, prefix: tuple[str, ...] = ()) -> list[tupl
     return [] if _same(got, want) else [(list(prefix), want)]
 
 
-def _rt_set(doc: Any, parts: list[str], value: Any) -> None:
+def _rt_set(doc: Any, parts: list[str], value: Any, aliased: set[tuple[str, ...]]) -> None:
     node = doc
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1]):
         child = node.get(part) if isinstance(node, Mapping) else None
         if not isinstance(child, CommentedMap):
             child = CommentedMap()
             node[part] = child
+        elif tuple(parts[: depth + 1]) in aliased:  # ``key: *name``: edit this place's own copy
+            child = node[part] = _detached(child)
         node = child
     old = node.get(parts[-1]) if parts[-1] in node else None
     node[parts[-1]] = _rt_value(old, value)
+
+
+def _detached(node: Any) -> Any:
+    """A deep copy of a ruamel container with no anchor, in the same block or flow style."""
+    if isinstance(node, CommentedMap):
+        cm = CommentedMap((k, _detached(v)) for k, v in node.items())
+        if node.fa.flow_style():
+            cm.fa.set_flow_style()
+        return cm
+    if isinstance(node, CommentedSeq):
+        cs = CommentedSeq(_detached(v) for v in node)
+        if node.fa.flow_style():
+            cs.fa.set_flow_style()
+        return cs
+    return node
 
 
 def _rt_value(old: Any, value: Any) -> Any:
