@@ -376,6 +376,36 @@ def test_cli_output_file_and_written_config(tmp_path: Path, known: tuple[Path, s
     )
 
 
+def test_cli_written_config_from_a_flow_style_baseline_keeps_its_spelling(
+    tmp_path: Path, known: tuple[Path, str]
+) -> None:
+    workdir, url = known
+    flow = (
+        "# my settings\noptimization: {batch_size: 1, gradient_accumulation_steps: 4,  # per GPU\n"
+        '  optimizer_type: "adamw8bit", enable_gradient_checkpointing: True, steps: 2000}\n'
+        "acceleration: {quantization: none}  # saves memory\n"
+    )
+    (workdir / "baseline.yaml").write_text(flow)
+    cfg = tmp_path / "winner.yaml"
+    assert (
+        main(
+            [
+                "report",
+                "--storage",
+                url,
+                "--format",
+                "json",
+                "-o",
+                str(tmp_path / "r.json"),
+                "--write-config",
+                str(cfg),
+            ]
+        )
+        == 0
+    )
+    assert cfg.read_text() == flow.replace('"adamw8bit"', '"adamw"')  # `none`, `True`, quotes: as written
+
+
 def test_cli_write_config_without_a_winner_fails_clearly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -92,3 +92,43 @@ def test_default_baseline_is_the_shipped_low_vram_config() -> None:
         "gradient_checkpointing": True,
         "gradient_accumulation_steps": 1,
     }
+
+
+FLOW_STAND_IN = """\
+model: {training_mode: lora}
+optimization: {steps: 100, batch_size: 1, gradient_accumulation_steps: 1,
+  optimizer_type: adamw8bit, enable_gradient_checkpointing: true}  # flow style, over two lines
+acceleration: {quantization: none}
+output_dir: out
+reference: {device: cpu, emulated_vram_gb: 4}
+"""
+
+
+def test_a_flow_style_config_renders_to_the_intended_values(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text(FLOW_STAND_IN)
+    adapter = get_adapter("reference")
+    baseline = adapter.with_emulated_vram(adapter.load_baseline(tmp_path / "r.yaml"), 2.5)
+    params = {
+        "quantization": "int8-quanto",
+        "optimizer": "adamw",
+        "batch_size": 3,
+        "gradient_checkpointing": False,
+    }
+    adapter.render(baseline, params, gradient_accumulation_steps=2, steps=10, trial_dir=tmp_path / "t")
+    text = (tmp_path / "t" / "config.yaml").read_text()
+    assert load_yaml(text) == {
+        "model": {"training_mode": "lora"},
+        "optimization": {
+            "steps": 10,
+            "batch_size": 3,
+            "gradient_accumulation_steps": 2,
+            "optimizer_type": "adamw",
+            "enable_gradient_checkpointing": False,
+        },
+        "acceleration": {"quantization": "int8-quanto"},
+        "output_dir": str((tmp_path / "t" / "output").resolve()),
+        "reference": {"device": "cpu", "emulated_vram_gb": 2.5},
+    }
+    assert "# flow style, over two lines" in text
+    final = adapter.final_config(baseline, {**params, "quantization": "none"}, gradient_accumulation_steps=1)
+    assert "acceleration: {quantization: none}\n" in final  # the user's spelling, not `null`
