@@ -236,6 +236,18 @@ ANY_YAML = [
         "acceleration:\n  quantization: null\n",
         id="a-new-null-is-null",
     ),
+    pytest.param(
+        "validation:\noutput_dir: x  # c\n",
+        {"validation.interval": None, "output_dir": "y"},
+        "validation:\n  interval: null\noutput_dir: y  # c\n",
+        id="empty-section-filled",
+    ),
+    pytest.param(
+        "{optimization: {batch_size: 1}, a: 2}\n",
+        {"optimization.batch_size": 3, "hub.push": False},
+        "{optimization: {batch_size: 3}, a: 2, hub: {push: false}}\n",
+        id="whole-document-in-flow-style",
+    ),
 ]
 
 

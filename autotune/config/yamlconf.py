@@ -160,7 +160,7 @@ class RoundTripConfig:
                 continue
             if not yamledit.is_plain_node(self._text, node, shared):
                 raise ConfigEditError("an anchored or aliased value: not a line edit")
-            if path[-1].flow_style or getattr(node, "flow_style", False):
+            if getattr(path[-1], "flow_style", False) or getattr(node, "flow_style", False):
                 start, end = node.start_mark.index, node.end_mark.index
                 spans.append((start, end, yamledit.styled(self._text[start:end], value)))
             else:

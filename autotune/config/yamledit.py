@@ -111,7 +111,7 @@ class _Composer(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             self.aliases[(id(parent), id(index))] = (event.start_mark.index, event.end_mark.index)
-        return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        return super().compose_node(parent, index)
 
 
 def compose(text: str) -> tuple[yaml.Node | None, dict[tuple[int, int], tuple[int, int]]]:
@@ -243,8 +243,8 @@ def ruamel_rewrite(text: str, edits: Mapping[str, Any], want: Any) -> str:
     if matches(out, want):
         return out
     got = load_yaml(out)
-    for dotted, value in _differences(got, want):
-        _rt_set(doc, dotted, value, aliased)
+    for parts, value in _differences(got, want):
+        _rt_set(doc, parts, value, aliased)
     return _dump(yml, doc)
 
 
