@@ -62,6 +62,9 @@ class RoundTripConfig:
     write it with ``dump()``. Positions come from ruamel's round-trip parser; the
     edit replaces only the value (an inline comment after it survives). A key that
     is missing is added at the end of its section; a missing section at the end.
+    Flow collections (``{a: 1}``, on one line or many) and aliases are edited by their exact
+    span; where no line edit is exact (an anchor, a merge), ruamel's round trip rewrites the
+    file, comments kept. Every edit is checked by parsing it back (``yamledit``).
     """
 
     def __init__(self, text: str, source: str) -> None:
@@ -235,15 +238,6 @@ class RoundTripConfig:
 
     def dump(self) -> str:
         return self._text
-
-
-def _plain(node: Any) -> Any:
-    """ruamel's commented containers as plain dicts and lists."""
-    if isinstance(node, Mapping):
-        return {k: _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    return node
 
 
 def _rt() -> YAML:
