@@ -25,9 +25,9 @@ from autotune.core.timing import steady_state, warmup_by_step
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
 _BAR = re.compile(
-    r"(?P<desc>[^\r\n|\]]*?)\s*(?P<pct>\d{1,3})%\|[^|\r\n]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
+    r"(?P<pct>\d{1,3})%\|[^|\r\n]{0,200}\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
     r"\[(?P<elapsed>[\d:]+)<(?P<left>[\d:?]+),\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it)"
-    r"(?P<postfix>[^\]\r\n]*)\]"
+    r"(?P<postfix>[^\]\r\n]{0,1000})\]"
 )
 _LOSS = re.compile(rf"(?<![\w])(?:train_)?loss(?:_step)?=\s*({_NUM})(?![\w.])", re.IGNORECASE)
 #: Bars that are not the training loop: model loading, downloads, data preparation, evaluation.
@@ -35,6 +35,7 @@ _OTHER = re.compile(
     r"load|fetch|download|shard|map\b|generat|filter|token|evaluat|validat|predict|test|sampl|infer",
     re.IGNORECASE,
 )
+_DESC_MAX = 200  # a label longer than this is not a bar's
 _LIGHTNING = re.compile(r"^Epoch \d+$")
 
 
@@ -58,8 +59,9 @@ def parse_bars(text: str) -> list[Bar]:
     rounds: dict[str, str] = {}  # the description of each bar's current round ("Epoch 3")
     if not isinstance(text, str):
         return []
-    for m in _BAR.finditer(_ANSI.sub("", text)):
-        desc = m.group("desc").strip().rstrip(":").strip()
+    text = _ANSI.sub("", text)
+    for m in _BAR.finditer(text):
+        desc = _description(text, m.start())
         key = re.sub(r"\d+", "N", desc)
         postfix = m.group("postfix")
         lightning = bool(_LIGHTNING.match(desc)) and "v_num=" in postfix
@@ -153,6 +155,12 @@ def read_lightning(text: str, batches_per_step: int = 1) -> TrialMetrics | None:
         return lightning_metrics(bar, batches_per_step)
     except Exception:
         return None
+
+
+def _description(text: str, end: int) -> str:
+    """The bar's label: what precedes ``NN%|`` on its line (after any text it was glued to)."""
+    before = re.split(r"[\r\n|\]]", text[max(0, end - _DESC_MAX) : end])[-1]
+    return before.strip().rstrip(":").strip()
 
 
 def _seconds(rate: str, unit: str) -> float | None:
