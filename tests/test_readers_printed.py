@@ -323,3 +323,16 @@ def test_readers_never_raise_on_truncated_real_output() -> None:
     for cut in range(0, len(text), 97):
         for reading in printed_readings(text[:cut]):
             assert isinstance(reading, TrialMetrics)
+
+
+def test_an_unlabelled_inference_bar_is_not_the_training_bar() -> None:
+    # diffusers' pipelines show an unlabelled bar per validation run; HF's evaluation bar is
+    # unlabelled too but counts the evaluation batches (another total).
+    steps = [f"Steps:  {n}%|█| {n}/10 [00:{n:02d}<00:10,  2.00it/s, loss=0.5]" for n in range(1, 11)]
+    inference = [f" {n}%|█| {n}/20 [00:00<00:00, 40.00it/s]" for n in range(1, 21)] * 3
+    metrics = read_tqdm("\r".join(steps[:5] + inference + steps[5:]))
+    assert metrics is not None and metrics.step_time_s == pytest.approx(0.5)
+    hf = [f" {n}%|█| {n}/12 [00:00<00:00, 25.00it/s]" for n in range(1, 13)]
+    evaluation = [f" {n}%|█| {n}/50 [00:00<00:00, 400.00it/s]" for n in range(1, 51)]
+    metrics = read_tqdm("\r".join(hf[:6] + evaluation + hf[6:]))
+    assert metrics is not None and metrics.step_time_s == pytest.approx(0.04)

@@ -32,9 +32,11 @@ _BAR = re.compile(
 _LOSS = re.compile(rf"(?<![\w])(?:train_)?loss(?:_step)?=\s*({_NUM})(?![\w.])", re.IGNORECASE)
 #: Bars that are not the training loop: model loading, downloads, data preparation, evaluation.
 _OTHER = re.compile(
-    r"load|fetch|download|shard|map\b|generat|filter|token|evaluat|validat|predict|test|sampl|infer",
+    r"\b(?:load|fetch|download|shard|map\b|generat|filter|token|evaluat|validat|predict|test|sampl|infer)",
     re.IGNORECASE,
 )
+#: Labels that name the training loop, preferred over an unlabelled bar (a pipeline's inference bar).
+_TRAINING = re.compile(r"\b(?:step|train|epoch|iter)", re.IGNORECASE)
 _DESC_MAX = 200  # a label longer than this is not a bar's
 _LIGHTNING = re.compile(r"^Epoch \d+$")
 
@@ -50,6 +52,8 @@ class Bar:
     lightning: bool = False
     last_lines: int = 0  # how many lines showed the last update's ``n``
     offset: int = 0  # steps before the current round (Lightning restarts ``n`` every epoch)
+    first_at: int = -1  # where in the output the bar was first and last drawn
+    last_at: int = -1
     starts: list[int] = field(default_factory=list)  # per update: the steps before its round began
 
 
@@ -62,12 +66,15 @@ def parse_bars(text: str) -> list[Bar]:
     text = _ANSI.sub("", text)
     for m in _BAR.finditer(text):
         desc = _description(text, m.start())
-        key = re.sub(r"\d+", "N", desc)
+        label = re.sub(r"\d+", "N", desc)
+        n, total = int(m.group("n")), int(m.group("total"))
+        key = f"{label}#{total}"  # an evaluation bar with the same label counts something else
         postfix = m.group("postfix")
         lightning = bool(_LIGHTNING.match(desc)) and "v_num=" in postfix
-        bar = bars.setdefault(key, Bar(desc=key, lightning=lightning))
+        bar = bars.setdefault(key, Bar(desc=label, lightning=lightning))
         bar.lightning = bar.lightning or lightning
-        n, total = int(m.group("n")), int(m.group("total"))
+        bar.first_at = m.start() if bar.first_at < 0 else bar.first_at
+        bar.last_at = m.start()
         if rounds.setdefault(key, desc) != desc:  # a new round: its n starts again
             rounds[key] = desc
             bar.offset = bar.updates[-1][0] if bar.updates else bar.offset
@@ -88,11 +95,15 @@ def parse_bars(text: str) -> list[Bar]:
 
 
 def training_bar(bars: list[Bar], lightning: bool = False) -> Bar | None:
-    """The training loop's bar: not a loading/evaluation one; the one with most updates."""
+    """The training loop's bar: not a loading/evaluation one; one labelled as training first,
+    then the one drawn over the longest stretch of output (evaluation and loading bars come
+    and go inside or before it)."""
     candidates = [b for b in bars if b.lightning == lightning and not _OTHER.search(b.desc)]
     if not candidates:
         return None
-    return max(candidates, key=lambda b: (len(b.updates), len(b.step_losses)))
+    return max(
+        candidates, key=lambda b: (bool(_TRAINING.search(b.desc)), b.last_at - b.first_at, len(b.updates))
+    )
 
 
 def bar_metrics(bar: Bar, updates_per_step: int = 1, source: str = "tqdm") -> TrialMetrics:
