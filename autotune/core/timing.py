@@ -43,3 +43,12 @@ def steady_state(samples: Sequence[float], skip: int) -> tuple[float | None, flo
     else:
         spread = None
     return median, spread
+
+
+def warmup_by_step(steps: Sequence[int], window: int = WARMUP_STEPS) -> int:
+    """Samples to skip when each sample carries its step number (a log printed every k steps):
+    those within the first ``window`` steps of the run, but never more than half of them."""
+    if not steps:
+        return 0
+    first = steps[0]
+    return min(sum(1 for s in steps if s < first + window), len(steps) // 2)

@@ -10,7 +10,9 @@ An unknown placeholder is a ``UsageError`` when the adapter is made, before anyt
 ``{config}``: the baseline config (``--config``) with the knobs written into the keys
 named by ``config_keys`` (by default LTX-2's keys when the file has an
 ``optimization:`` section), or, with no baseline config, a flat YAML of the params.
-Metrics: ``AUTOTUNE_METRICS_FILE`` first, else the LTX-2 statistics block and Step lines.
+Metrics: ``AUTOTUNE_METRICS_FILE`` first, then the LTX-2 statistics block and Step lines, the
+hook, and the formats trainers print (``readers.chain``: Hugging Face ``Trainer`` log dicts,
+``iter N: loss X, time Yms`` lines, the training tqdm bar, Lightning's bar).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from autotune.trainers.ltx2 import (
     hook_env,
     read_output,
 )
+from autotune.trainers.readers.chain import printed_readings
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.ltx2log import parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
@@ -245,9 +248,13 @@ class CommandAdapter(TrainerAdapter):
             record = read_trial_record(trial_dir)
             batch = effective_batch_of(record)
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            log = parse_ltx2_output(read_output(trial_dir, output)).to_metrics(batch)
+            text = read_output(trial_dir, output)
+            log = parse_ltx2_output(text).to_metrics(batch)
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
-            return finish_metrics(merge_metrics(file_metrics, log, hook), batch, keep_reported=True)
+            accumulation = record.get("gradient_accumulation_steps")
+            printed = printed_readings(text, accumulation if isinstance(accumulation, int) else 1)
+            merged = merge_metrics(file_metrics, log, hook, *printed)
+            return finish_metrics(merged, batch, keep_reported=True)
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

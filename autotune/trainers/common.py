@@ -41,10 +41,16 @@ def effective_batch_of(record: Mapping[str, Any]) -> int | None:
 
 
 def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:
-    """Field by field, the first reading that has a value wins; sources are listed in order."""
+    """Field by field, the first reading that has a value wins; sources are listed in order.
+
+    Losses: a reading that saw a non-finite loss wins over the others (any reader's NaN
+    makes the trial ``nan``)."""
     merged = TrialMetrics()
     for f in fields(TrialMetrics):
         if f.name == "source":
+            continue
+        if f.name == "losses" and (diverged := [r for r in readings if r.nan_loss]):
+            merged.losses = list(diverged[0].losses)
             continue
         for reading in readings:
             value = getattr(reading, f.name)

@@ -48,6 +48,7 @@ from autotune.trainers.common import (
 from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.readers.tqdmbar import read_tqdm
 
 KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
 #: Boolean knob -> the store_true flag that turns it on.
@@ -68,29 +69,11 @@ DROP_VALUE_FLAGS = ("--validation_prompt", "--resume_from_checkpoint", "--hub_mo
 DROP_BOOL_FLAGS = ("--push_to_hub",)
 _NEVER = 10**9  # checkpointing_steps for a trial: never
 
-_TQDM = re.compile(r"(\d+)/(\d+)\s*\[[^\]\n]*?,\s*(\d+(?:\.\d+)?)(it/s|s/it)")
-_TQDM_LOSS = re.compile(r"\bloss=([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))", re.IGNORECASE)
-
 
 def parse_tqdm(text: str) -> tuple[float | None, list[float]]:
-    """Seconds per iteration from tqdm's last shown rate, and every ``loss=`` postfix seen."""
-    step_time = None
-    if not isinstance(text, str):
-        return None, []
-    for m in _TQDM.finditer(text):
-        try:
-            rate = float(m.group(3))
-        except ValueError:
-            continue
-        if rate > 0:
-            step_time = 1.0 / rate if m.group(4) == "it/s" else rate
-    losses = []
-    for m in _TQDM_LOSS.finditer(text):
-        try:
-            losses.append(float(m.group(1)))
-        except ValueError:
-            continue
-    return step_time, losses
+    """Steady seconds per step from the training bar's per-update rates, and its ``loss=`` postfixes."""
+    metrics = read_tqdm(text)
+    return (metrics.step_time_s, metrics.losses) if metrics is not None else (None, [])
 
 
 # --- argv editing ------------------------------------------------------------------------------
