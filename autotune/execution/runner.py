@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
 from autotune.errors import LaunchError, TrialOutputError
 from autotune.execution.launch import LaunchSpec, redacted_env
@@ -264,7 +266,7 @@ class _Trial:
                 ) from exc
             t0 = time.monotonic()
             self.last_output = t0
-            record = ProcessRecord(proc.pid, mark, started_wall)
+            record = ProcessRecord(proc.pid, mark, _start_time(proc.pid, default=started_wall))
             write_process_file(self.dir, record)
             tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall)
             assert proc.stdout is not None and proc.stderr is not None
@@ -430,3 +432,15 @@ class _Trial:
                 self.killed_at = now
                 tree.refresh(include_marked=True)
             tree.signal_all(_signal.SIGKILL)
+
+
+def _start_time(pid: int, *, default: float) -> float:
+    """The kernel's start time of our child ``pid`` (what a resume compares a reused pid with).
+
+    Read before the child can be reaped (it stays a zombie until we wait), so even a trial that
+    already ended has one; ``default`` only where the platform will not say.
+    """
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return default

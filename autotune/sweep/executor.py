@@ -11,7 +11,6 @@ mark and start time on the trial at once, so a resume can end what a dead sweep 
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import threading
 import uuid
@@ -206,13 +205,11 @@ class TrialExecutor:
 
     def _record_pid(self, trial: FrozenTrial, process: ProcessRecord) -> None:
         """Store the trial's pid/pgid and mark (the runner's ``on_start``) so a resume can end it."""
-        attrs: dict[str, Any] = {"pid": process.pid, "pgid": process.pid}
+        # The start time comes with the record: asking psutil here would miss a trial that already
+        # ended (a fast one), and a resume needs it to tell the pid from a reused one.
+        attrs = TrialRecord.attrs_of(pid=process.pid, pgid=process.pid, pid_start=process.started_at)
         if process.mark:
-            attrs["process_mark"] = str(process.mark)
-        with contextlib.suppress(Exception):
-            import psutil
-
-            attrs["pid_start"] = psutil.Process(process.pid).create_time()
+            attrs.update(TrialRecord.attrs_of(process_mark=str(process.mark)))
         self.scheduler.set_trial_attrs(trial, attrs)
 
     # between and around trials
