@@ -231,3 +231,42 @@ def test_report_command_steps_come_from_the_study_or_a_warning_says_why_not(
     assert argv[:3] == ["train", "--bs", str(report.best.params["batch_size"])]
     assert want in argv and "{" not in report.command
     assert argv[-1] == str((tmp_path / "runs" / (report.best.trial_dir or "")).resolve())
+
+
+# --- --full-steps: a sweep option, stored with the study, given again on a resume ---------------------
+
+
+def test_full_steps_is_a_sweep_option_named_in_help() -> None:
+    from autotune.cli.parser import build_parser
+    from autotune.cli.sweep_worker import sweep_options
+
+    parser = build_parser()
+    args = parser.parse_args(["sweep", "--cmd", "train {steps}", "--full-steps", "900"])
+
+    assert sweep_options(args).full_steps == 900
+    helped = subprocess.run(
+        [sys.executable, "-m", "autotune", "sweep", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert "--full-steps" in helped.stdout
+
+
+def test_a_resume_may_give_full_steps_and_launch_cwd_is_informational(tmp_path: Path) -> None:
+    from autotune.store import study as st
+    from autotune.store import urls
+    from autotune.store.storage import open_storage
+
+    storage = open_storage(urls.default_storage_url(tmp_path))
+    first = {"trainer": "command", "steps": 20, "launch_cwd": "/a"}
+    st.SweepStudy.open_or_create(storage, "s", first, workdir=tmp_path)
+    again = {**first, "launch_cwd": "/b", "full_steps": 800}  # no mismatch: neither describes the trials
+    handle, resumed = st.SweepStudy.open_or_create(storage, "s", again, workdir=tmp_path)
+    assert resumed
+    stored = handle.user_attrs["settings"]
+    assert stored["full_steps"] == 800 and stored["launch_cwd"] == "/a"
+    st.SweepStudy.open_or_create(storage, "s", first, workdir=tmp_path)  # not given again: kept
+    assert (
+        st.SweepStudy.open_or_create(storage, "s", first, workdir=tmp_path)[0].user_attrs["settings"][
+            "full_steps"
+        ]
+        == 800
+    )
