@@ -131,21 +131,28 @@ def test_the_printed_launch_command_runs_the_winner_from_the_trials_folder(tmp_p
     runs = tmp_path / "runs"
     sweep = [
         sys.executable, "-m", "autotune", "sweep", "--workdir", str(runs), "--cmd", TEMPLATE,
-        "--vram-gb", "16", "--steps", "20", "--max-batch-size", "4", "--max-trials", "6", "--full-steps", "700",
+        "--vram-gb", "16", "--steps", "20", "--max-batch-size", "4", "--max-trials", "6",
     ]  # fmt: skip
-    done = subprocess.run(
-        sweep, cwd=here, env=_env(tmp_path, tmp_path / "sweep-argv.jsonl"), capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-
     storage = f"sqlite:///{runs / 'studies.db'}"
-    report = subprocess.run(
-        [sys.executable, "-m", "autotune", "report", "--storage", storage, "--format", "json"],
-        cwd=elsewhere, env=_env(tmp_path, tmp_path / "unused.jsonl"), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert report.returncode == 0, report.stderr
-    doc = json.loads(report.stdout)
+
+    def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            argv, cwd=cwd, env=_env(tmp_path, tmp_path / "sweep-argv.jsonl"), capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    def report() -> dict[str, Any]:
+        argv = [sys.executable, "-m", "autotune", "report", "--storage", storage, "--format", "json"]
+        return dict(json.loads(run(argv, elsewhere).stdout))
+
+    run(sweep, here)  # no --full-steps and no config: {steps} cannot be filled, and the report says so
+    first = report()
+    assert first["command"] is None
+    assert any("{steps} needs" in w and "--full-steps" in w for w in first["warnings"]), first["warnings"]
+    run([*sweep, "--full-steps", "700"], here)  # the same sweep again: it resumes and records the count
+    doc = report()
     command = doc["command"]
     assert command and "{" not in command, doc.get("warnings")
     best = doc["best"]

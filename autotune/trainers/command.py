@@ -296,10 +296,11 @@ class CommandAdapter(TrainerAdapter):
             return
         why = {
             "steps": "the full run's step count: the baseline config holds none and the sweep was given "
-            "no --full-steps N",
+            "no --full-steps N (run the same sweep command again with --full-steps N: it resumes and "
+            "records it)",
             "trial_dir": "the winning trial's folder, which the study does not name",
         }
         reasons = "; ".join(
             f"{{{name}}} needs {why.get(name, 'a value the sweep did not record')}" for name in holes
         )
-        raise UsageError(f"the command template leaves {reasons}")
+        raise UsageError(f"a placeholder of the command template would stay unfilled: {reasons}")
