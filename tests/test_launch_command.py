@@ -240,6 +240,17 @@ def test_report_command_steps_come_from_the_study_or_a_warning_says_why_not(
     assert argv[-1] == str((tmp_path / "runs" / (report.best.trial_dir or "")).resolve())
 
 
+def test_a_study_that_predates_launch_cwd_says_where_the_command_runs(stored: Path, tmp_path: Path) -> None:
+    from autotune.report import build as rep
+    from tests.report_study import clone_study
+
+    settings = {"trainer_options": {"template": "train --bs {batch_size}"}, "config_path": None}
+    url, _ = clone_study(stored, tmp_path / "runs", settings=settings)
+    report = rep.build_report(rep.open_study(url, None))
+    assert report.command is not None and report.command.startswith(f"cd {shlex.quote(str(Path.cwd()))} ")
+    assert any("does not record the folder its trials ran in" in w for w in report.warnings)
+
+
 # --- --full-steps: a sweep option, stored with the study, given again on a resume ---------------------
 
 

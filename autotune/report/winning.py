@@ -71,6 +71,11 @@ def add_command(
     kwargs: dict[str, Any] = {}
     if "complete" in accepts:
         # A template trainer fills its placeholders from the winner and the study, all of them or none.
+        if not report.launch_cwd and "cwd" not in report.trainer_options:
+            report.warnings.append(
+                "The study does not record the folder its trials ran in (it is older than that record): "
+                "the launch command runs from the folder 'autotune report' ran in."
+            )
         kwargs.update(complete=True, steps=report.full_steps, trial_dir=trial_dir, params=report.best.params)
         kwargs["gradient_accumulation_steps"] = _best_gas(report)
         baseline = _baseline_or_none(adapter, report.config_path)
