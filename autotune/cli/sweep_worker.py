@@ -82,6 +82,14 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         help=f"optimizer steps per trial (default: {DEFAULT_STEPS}; the demo uses fewer)",
     )
     p.add_argument(
+        "--full-steps",
+        type=positive_int("--full-steps"),
+        metavar="N",
+        help="optimizer steps of the full training, for the report's launch command: it fills --cmd's "
+        "{steps} (default: the baseline config's own step count; with neither, the report prints no "
+        "command and says why)",
+    )
+    p.add_argument(
         "--budget",
         type=duration("--budget"),
         help="stop starting trials once this much trial time is spent, counted across resumes "
@@ -167,6 +175,7 @@ def sweep_options(args: argparse.Namespace) -> Any:
         "storage": args.storage,
         "vram_gb": args.vram_gb,
         "steps": args.steps,
+        "full_steps": args.full_steps,
         "budget_s": args.budget,
         "max_trials": args.max_trials,
         "trial_timeout_s": args.trial_timeout,

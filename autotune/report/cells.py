@@ -6,6 +6,7 @@ from pathlib import Path
 
 from autotune.report.model import Report, TrialRow, headroom_left, oom_text, row_fits
 from autotune.report.text import changes as _changes
+from autotune.report.text import config_text
 from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import trials_text as _trials
@@ -70,9 +71,9 @@ def summary(r: Report) -> list[tuple[str, str]]:
         )
     else:
         b = r.best
-        what = _changes(b.changed) or "the baseline config unchanged"
+        what = f"changed: {_changes(b.changed)}" if b.changed else "the baseline config unchanged"
         left = headroom_left(r, b)
-        text = f"trial {b.number} ({what}): {_measure_line(b)}"
+        text = f"trial {b.number} ({config_text(b.params, r.knobs)}; {what}): {_measure_line(b)}"
         if left is not None:
             text += f", {_gb(left)} GiB left"
         if r.confirmed_by is not None:

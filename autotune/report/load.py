@@ -108,6 +108,8 @@ def build_report(
     options = settings.get("trainer_options")
     report = Report(
         trainer_options=dict(options) if isinstance(options, Mapping) else {},
+        full_steps=settings["full_steps"] if isinstance(settings.get("full_steps"), int) else None,
+        launch_cwd=str(settings["launch_cwd"]) if settings.get("launch_cwd") else None,
         study=study.study_name,
         trainer=trainer,
         card=card,
@@ -188,7 +190,7 @@ def build_report(
 
     report.optuna_judges_fit, report.optuna_best = optuna_best(trials)
     _add_warnings(report, beaten, base_eff)
-    add_command(report, report_dir, best_config_path)
+    add_command(report, report_dir, best_config_path, _resolve(best.trial_dir, root) if best else None)
     return report
 
 

@@ -81,6 +81,8 @@ class Report:
     timelines: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # trial -> (t, GiB)
     confirmed_by: int | None = None  # the longer re-run that confirmed the winner
     trainer_options: dict[str, Any] = field(default_factory=dict)  # how the sweep built its adapter
+    full_steps: int | None = None  # the full training's step count (``--full-steps``), for the command
+    launch_cwd: str | None = None  # the folder a template trainer's trials ran in
     baseline_effective_batch: int | None = None
     #: Optuna's own feasible best (what ``optuna best-trial`` answers); ``None``: none, or a study
     #: stored before trials carried fit constraints (see ``optuna_best``).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -42,6 +42,12 @@ def val(v: Any) -> str:
 
 def changes(changed: Mapping[str, tuple[Any, Any]]) -> str:
     return ", ".join(f"{k} {val(a)} → {val(b)}" for k, (a, b) in changed.items())
+
+
+def config_text(params: Mapping[str, Any], knobs: Sequence[str]) -> str:
+    """A whole config, every knob's value in the study's knob order (``batch_size=4, ...``)."""
+    order = [k for k in knobs if k in params] + [k for k in params if k not in knobs]
+    return ", ".join(f"{k}={val(params[k])}" for k in order)
 
 
 def trials_text(n: int) -> str:

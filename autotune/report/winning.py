@@ -29,8 +29,14 @@ def _option_value(text: Any) -> Any:
 
 
 def adapter_for(report: Report) -> TrainerAdapter:
-    """The sweep's adapter, rebuilt with the trainer options it ran with (e.g. ``trainer_dir``)."""
+    """The sweep's adapter, rebuilt with the trainer options it ran with (e.g. ``trainer_dir``), and
+    run from the folder the trials ran in (``launch_cwd``), never from where ``report`` runs."""
     options = {k: _option_value(v) for k, v in report.trainer_options.items()}
+    if report.launch_cwd and "cwd" not in options:
+        try:
+            return get_adapter(report.trainer, **options, cwd=report.launch_cwd)
+        except AutotuneError:
+            pass  # an adapter that takes no cwd: built as below
     if options:
         try:
             return get_adapter(report.trainer, **options)
@@ -44,7 +50,11 @@ def config_suffix(adapter: TrainerAdapter) -> str:
     return adapter.config_suffix
 
 
-def add_command(report: Report, report_dir: Path, best_config_path: Path | None) -> None:
+def add_command(
+    report: Report, report_dir: Path, best_config_path: Path | None, trial_dir: Path | None = None
+) -> None:
+    """The winner's launch command, every placeholder filled (the adapter refuses a hole), or a warning
+    saying why there is none. ``trial_dir``: the winning trial's folder."""
     if report.best is None:
         return
     try:
@@ -54,18 +64,28 @@ def add_command(report: Report, report_dir: Path, best_config_path: Path | None)
         return
     path = best_config_path or report_dir / f"best-config{config_suffix(adapter)}"
     report.best_config_path = str(path)
-    kwargs: dict[str, Any] = {}
     try:
         accepts = inspect.signature(adapter.training_command).parameters
     except (TypeError, ValueError):
         accepts = {}  # type: ignore[assignment]
-    if "baseline" in accepts and report.config_path:
+    kwargs: dict[str, Any] = {}
+    if "complete" in accepts:
+        # A template trainer fills its placeholders from the winner and the study, all of them or none.
+        if not report.launch_cwd and "cwd" not in report.trainer_options:
+            report.warnings.append(
+                "The study does not record the folder its trials ran in (it is older than that record): "
+                "the launch command runs from the folder 'autotune report' ran in."
+            )
+        kwargs.update(complete=True, steps=report.full_steps, trial_dir=trial_dir, params=report.best.params)
+        kwargs["gradient_accumulation_steps"] = _best_gas(report)
+        baseline = _baseline_or_none(adapter, report.config_path)
+        if baseline is not None:
+            kwargs["baseline"] = baseline
+    elif "baseline" in accepts and report.config_path:
         # Adapters that launch several GPUs or read the trainer dir from the config want the whole picture.
-        try:
-            kwargs["baseline"] = adapter.load_baseline(Path(report.config_path))
-        except AutotuneError:
-            pass
-        else:
+        baseline = _baseline_or_none(adapter, report.config_path)
+        if baseline is not None:
+            kwargs["baseline"] = baseline
             if "params" in accepts:
                 kwargs["params"] = report.best.params
             if "gradient_accumulation_steps" in accepts:
@@ -74,6 +94,13 @@ def add_command(report: Report, report_dir: Path, best_config_path: Path | None)
         report.command = adapter.training_command(path, **kwargs)
     except AutotuneError as exc:
         report.warnings.append(f"No launch command: {exc}")
+
+
+def _baseline_or_none(adapter: TrainerAdapter, config_path: str | None) -> Baseline | None:
+    try:
+        return adapter.load_baseline(Path(config_path) if config_path else None)
+    except AutotuneError:
+        return None
 
 
 def _best_gas(report: Report) -> int:

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 #: Settings that describe the run, not the sweep: they may differ on resume.
-INFORMATIONAL_SETTINGS = frozenset({"config_path"})
+INFORMATIONAL_SETTINGS = frozenset({"config_path", "full_steps", "launch_cwd"})
+#: Informational settings a resume that gives them updates (the report reads the latest).
+UPDATED_ON_RESUME = ("full_steps",)
 
 
 def settings_diff(stored: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[str]:

@@ -34,7 +34,7 @@ from autotune.store import optuna_private as op
 from autotune.store import recovery
 from autotune.store.identity import ProcessIdentity
 from autotune.store.recovery import Recovered, is_interrupted
-from autotune.store.settings import settings_diff
+from autotune.store.settings import UPDATED_ON_RESUME, settings_diff
 
 #: The name of the study's value, for Optuna's tools (the dashboard's axis, ``optuna`` CLI).
 METRIC_NAME = "samples_per_s"
@@ -145,6 +145,11 @@ class SweepStudy:
                     + "\nRun with the study's settings to resume it, or start a new study with "
                     "--study OTHER_NAME (or another --workdir)."
                 )
+            updates = {
+                k: settings[k] for k in UPDATED_ON_RESUME if settings.get(k) not in (None, stored.get(k))
+            }
+            if updates:
+                study.set_user_attr("settings", {**stored, **updates})
         else:
             study.set_user_attr("settings", dict(settings))
             if workdir is not None:

@@ -68,6 +68,9 @@ class SweepOptions:
     confirm: bool = False
     force: bool = False
     cmd: str | None = None
+    #: Optimizer steps of the full training, for the report's launch command (``{steps}``); ``None``:
+    #: the baseline config's own count, where the trainer's config has one.
+    full_steps: int | None = None
     trainer_options: dict[str, Any] = field(default_factory=dict)
     #: A knob file to use instead of ``configs/knobs/<trainer>.yaml`` (tests, custom trainers).
     knob_file: Path | None = None

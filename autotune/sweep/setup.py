@@ -170,6 +170,12 @@ def plan_sweep(
         # How the trainer is launched (--cmd's template, --trainer-dir): part of what the sweep is.
         "trainer_options": {k: str(v) for k, v in sorted(options.items())},
     }
+    # For the report's launch command (informational: a resume may change them, see store.settings).
+    if opts.full_steps is not None:
+        settings["full_steps"] = opts.full_steps
+    launch_cwd = getattr(adapter, "cwd", None)  # the folder a template trainer's trials run in
+    if isinstance(launch_cwd, Path):
+        settings["launch_cwd"] = str(launch_cwd)
     return SweepPlan(
         opts=opts,
         nvml=nvml,

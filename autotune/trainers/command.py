@@ -261,6 +261,12 @@ class CommandAdapter(TrainerAdapter):
     def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
         return self._config_text(baseline, self._params(baseline, params, gradient_accumulation_steps), None)
 
+    def baseline_steps(self, baseline: Baseline) -> int | None:
+        """The full run's step count the baseline config holds (under ``config_keys``' ``steps``), if any."""
+        key = self._keys(baseline).get("steps")
+        value = get_dotted(baseline.data, key, None) if key else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
     def training_command(
         self,
         config_path: Path,
@@ -268,11 +274,40 @@ class CommandAdapter(TrainerAdapter):
         baseline: Baseline | None = None,
         params: Params | None = None,
         gradient_accumulation_steps: int | None = None,
+        steps: int | None = None,
+        trial_dir: Path | None = None,
+        complete: bool = False,
     ) -> str:
+        """The full run, from the folder the trials ran in. ``steps``: the full run's step count
+        (default: the baseline config's own); ``trial_dir``: the winning trial's folder. With
+        ``complete``, a placeholder left unfilled is a UsageError naming it (the report prints no
+        command with a hole); without, it stays as written."""
         values: dict[str, Any] = {"config": Path(config_path).resolve()}
+        base = baseline or Baseline(trainer=self.name, text="", data={})
         if params is not None:
-            base = baseline or Baseline(trainer=self.name, text="", data={})
             values.update(self._params(base, params, gradient_accumulation_steps or 1))
         elif gradient_accumulation_steps is not None:
             values["gradient_accumulation_steps"] = gradient_accumulation_steps
+        full_steps = steps if steps is not None else self.baseline_steps(base)
+        if full_steps is not None:
+            values["steps"] = check_positive_int("steps", full_steps)
+        if trial_dir is not None:
+            values["trial_dir"] = Path(trial_dir).resolve()
+        if complete:
+            self._refuse_holes(values)
         return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self._fill(values))}"
+
+    def _refuse_holes(self, values: Mapping[str, Any]) -> None:
+        holes = [name for name in dict.fromkeys(placeholders(self.argv)) if name not in values]
+        if not holes:
+            return
+        why = {
+            "steps": "the full run's step count: the baseline config holds none and the sweep was given "
+            "no --full-steps N (run the same sweep command again with --full-steps N: it resumes and "
+            "records it)",
+            "trial_dir": "the winning trial's folder, which the study does not name",
+        }
+        reasons = "; ".join(
+            f"{{{name}}} needs {why.get(name, 'a value the sweep did not record')}" for name in holes
+        )
+        raise UsageError(f"a placeholder of the command template would stay unfilled: {reasons}")

@@ -13,6 +13,7 @@ printing Step lines, then either prints torch's OOM text and exits 1 (memory
 above ``$SWEEP_FAKE_CARD_GB``, default 16) or writes ``$AUTOTUNE_METRICS_FILE``
 and LTX-2's statistics block. ``$SWEEP_FAKE_HANG_ON`` (a batch size) makes that
 batch size hang (for interrupt tests); ``$SWEEP_FAKE_CRASH=1`` makes every run crash.
+``$SWEEP_FAKE_ARGV`` (a file) gets one JSON line per launch: the whole argv and the working folder.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def main(argv: list[str]) -> int:
     if launches:
         with open(launches, "a", encoding="utf-8") as fh:
             fh.write(json.dumps([quantization, optimizer, batch_size, checkpointing, os.getpid()]) + "\n")
+    seen = os.environ.get("SWEEP_FAKE_ARGV")
+    if seen:  # the whole argv and the folder it ran in (the report's launch command is checked with it)
+        with open(seen, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"argv": argv, "cwd": os.getcwd()}) + "\n")
     if os.environ.get("SWEEP_FAKE_CRASH") == "1":
         print(
             "Traceback (most recent call last):\nRuntimeError: the fake trainer was told to crash",
