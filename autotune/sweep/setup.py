@@ -173,9 +173,9 @@ def plan_sweep(
     # For the report's launch command (informational: a resume may change them, see store.settings).
     if opts.full_steps is not None:
         settings["full_steps"] = opts.full_steps
-    launch_cwd = getattr(adapter, "cwd", None)  # the folder a template trainer's trials run in
-    if isinstance(launch_cwd, Path):
-        settings["launch_cwd"] = str(launch_cwd)
+    launch_folder = adapter.launch_folder()  # where a template trainer's trials run
+    if launch_folder is not None:
+        settings["launch_cwd"] = str(launch_folder)
     return SweepPlan(
         opts=opts,
         nvml=nvml,

@@ -145,6 +145,12 @@ class TrainerAdapter(ABC):
     #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
     config_suffix: ClassVar[str] = ".yaml"
 
+    def launch_folder(self) -> Path | None:
+        """The folder this adapter's trials run in when it is fixed by how the adapter was made
+        (``--cmd``'s working folder), recorded so the report's launch command runs there too;
+        ``None``: the folder follows from the baseline (the adapter's own ``render``)."""
+        return None
+
     def emulated_vram_gb(self, baseline: Baseline) -> float | None:
         """The card size (GB) the baseline tells the trainer to emulate; ``None``: it emulates none."""
         return None

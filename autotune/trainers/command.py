@@ -210,6 +210,9 @@ class CommandAdapter(TrainerAdapter):
         filled = _Values({k: _text(v) for k, v in values.items()})
         return [element.format_map(filled) for element in self.argv]
 
+    def launch_folder(self) -> Path | None:
+        return self.cwd
+
     def render(
         self,
         baseline: Baseline,
