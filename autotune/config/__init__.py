@@ -1,1 +1,2 @@
-"""Trainer config files: YAML files read with line numbers and edited in place, the knob files, the LTX-2 key schema."""
+"""Trainer config files: ``yamlconf`` and ``yamledit`` (read with line numbers, edited in place in any
+valid YAML style, every edit checked), ``knobs`` (the knob files' only reader), ``schema`` (LTX-2 keys)."""
