@@ -245,3 +245,21 @@ def _load_any(url: str) -> Any:
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     return optuna.load_study(study_name=None, storage=url)
+
+
+def test_the_constraint_uses_the_exact_card_not_the_rounded_setting(tmp_path: Path) -> None:
+    """A 28.2 MiB emulated card is 0.03 GB in the settings (two decimals): the line is judged on
+    the exact size the sweep records beside them."""
+    from autotune.store.storage import open_storage
+    from autotune.store.study import CARD_GB_ATTR, SweepStudy
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
+    settings = {"card": {"vram_gb": 0.03}, "headroom": 0.1}
+    study, _ = SweepStudy.open_or_create(storage, "tiny", settings, workdir=tmp_path)
+    over = {"outcome": "ok", "peak_vram_gb": 0.026, "fits": False}
+    unknown = {"outcome": "ok"}
+    assert study.fit_constraint(over) == pytest.approx(0.001)  # rounded card: 0.027 line, clamped
+    assert study.fit_constraint(unknown) == pytest.approx(0.003)
+    study.set_attr(CARD_GB_ATTR, 0.0275)
+    assert study.fit_constraint(over) == pytest.approx(0.026 - 0.9 * 0.0275)
+    assert study.fit_constraint(unknown) == pytest.approx(0.1 * 0.0275)

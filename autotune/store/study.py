@@ -36,6 +36,9 @@ from autotune.store.identity import ProcessIdentity
 from autotune.store.recovery import Recovered, is_interrupted
 from autotune.store.settings import UPDATED_ON_RESUME, settings_diff
 
+#: Study attr: the card size fit is judged on, unrounded (the settings keep it to 0.01 GB, too coarse
+#: for a small emulated card's fit constraint); studies without it use the settings' figure.
+CARD_GB_ATTR = "card_vram_gb"
 #: The name of the study's value, for Optuna's tools (the dashboard's axis, ``optuna`` CLI).
 METRIC_NAME = "samples_per_s"
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -163,8 +166,12 @@ class SweepStudy:
     def fit_constraint(self, attrs: Mapping[str, Any]) -> float:
         """The Optuna constraint value of a trial with these attrs (``verdict.fit_constraint``),
         on the card and headroom the study was started with."""
-        settings = self.user_attrs.get("settings") or {}
-        card_gb = float((settings.get("card") or {}).get("vram_gb") or 0.0)
+        attrs_now = self.user_attrs
+        settings = attrs_now.get("settings") or {}
+        exact = attrs_now.get(CARD_GB_ATTR)
+        card_gb = float(
+            exact if isinstance(exact, (int, float)) else (settings.get("card") or {}).get("vram_gb") or 0.0
+        )
         limit = verdict.fit_limit_gb(card_gb, float(settings.get("headroom") or 0.0))
         record = TrialRecord(-1, attrs=dict(attrs))
         return verdict.fit_constraint(verdict.record_fits(record, limit), record.peak_vram_gb, limit, card_gb)

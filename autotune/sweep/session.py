@@ -37,6 +37,7 @@ from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu
 from autotune.store.identity import ProcessIdentity
 from autotune.store.storage import open_storage
+from autotune.store.study import CARD_GB_ATTR
 from autotune.sweep import conclude
 from autotune.sweep.executor import TrialExecutor
 from autotune.sweep.loop import Interrupt, LoopStop, SearchLoop
@@ -176,6 +177,7 @@ class SweepSession:
                 "baseline_params", {**plan.base_params, "gradient_accumulation_steps": plan.base_ga}
             )
         study.set_attr("effective_batch", plan.target_effective)
+        study.set_attr(CARD_GB_ATTR, plan.card.vram_gb)  # exact (the settings round it): fit constraints
         done = study.counted_trials()
         self.progress.line(
             f"autotune sweep: study {plan.study_name!r} in {plan.storage_url}"
