@@ -16,6 +16,7 @@ import math
 import re
 
 from autotune.core.metrics import TrialMetrics
+from autotune.trainers.readers.guard import never_raises
 from autotune.trainers.readers.tqdmbar import read_tqdm
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
@@ -23,17 +24,9 @@ _DICT = re.compile(r"\{'(?:loss|train_runtime|eval_loss)'[^{}\r\n]*\}")
 _PAIR = re.compile(rf"'(\w+)':\s*'?({_NUM})'?(?=\s*[,}}])", re.IGNORECASE)
 
 
+@never_raises
 def read_hf_trainer(text: str) -> TrialMetrics | None:
     """Losses from the log dicts; step time from the bar, else from the final dict's rates."""
-    try:
-        return _read(text)
-    except Exception:  # a reader never raises
-        return None
-
-
-def _read(text: str) -> TrialMetrics | None:
-    if not isinstance(text, str):
-        return None
     losses: list[float] = []
     final: dict[str, float] = {}
     for m in _DICT.finditer(text):

@@ -17,6 +17,7 @@ import re
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_by_step
+from autotune.trainers.readers.guard import never_raises
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf(?:inity)?"
 _STEP = re.compile(
@@ -32,17 +33,9 @@ _TIME = re.compile(
 )
 
 
+@never_raises
 def read_iter_lines(text: str) -> TrialMetrics | None:
     """Steady step time (warm-up steps left out) and the training losses from the lines."""
-    try:
-        return _read(text)
-    except Exception:  # a reader never raises
-        return None
-
-
-def _read(text: str) -> TrialMetrics | None:
-    if not isinstance(text, str):
-        return None
     times: dict[int, float] = {}
     losses: dict[int, float] = {}
     for line in re.split(r"\r\n|\r|\n", text):

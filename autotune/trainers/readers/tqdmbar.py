@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_by_step
+from autotune.trainers.readers.guard import never_raises
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
@@ -146,26 +147,22 @@ def lightning_metrics(bar: Bar, batches_per_step: int = 1) -> TrialMetrics:
     return metrics
 
 
+@never_raises
 def read_tqdm(text: str) -> TrialMetrics | None:
     """The training bar's steady step time (its ``n`` counts optimizer steps) and its losses."""
-    try:
-        bar = training_bar(parse_bars(text))
-        if bar is None or not (bar.updates or bar.step_losses):
-            return None
-        return bar_metrics(bar)
-    except Exception:  # a reader never raises
+    bar = training_bar(parse_bars(text))
+    if bar is None or not (bar.updates or bar.step_losses):
         return None
+    return bar_metrics(bar)
 
 
+@never_raises
 def read_lightning(text: str, batches_per_step: int = 1) -> TrialMetrics | None:
     """Lightning's ``Epoch N`` bar: per-batch rates times the batches per optimizer step."""
-    try:
-        bar = training_bar(parse_bars(text), lightning=True)
-        if bar is None or not (bar.updates or bar.step_losses):
-            return None
-        return lightning_metrics(bar, batches_per_step)
-    except Exception:
+    bar = training_bar(parse_bars(text), lightning=True)
+    if bar is None or not (bar.updates or bar.step_losses):
         return None
+    return lightning_metrics(bar, batches_per_step)
 
 
 def _description(text: str, end: int) -> str:

@@ -1,0 +1,29 @@
+"""The readers' shared promise: output text in, a reading or ``None`` out, never an exception.
+
+Why one decorator: a trial's output is whatever the trainer printed (truncated by a kill,
+garbled by a crash, not text at all); a reader that raised would lose the trial's record.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def never_raises(read: Callable[Concatenate[str, P], R | None]) -> Callable[Concatenate[Any, P], R | None]:
+    """``read(text, ...)``, with ``None`` for anything but text and for any error inside it."""
+
+    @functools.wraps(read)
+    def guarded(text: Any, /, *args: P.args, **kwargs: P.kwargs) -> R | None:
+        if not isinstance(text, str):
+            return None
+        try:
+            return read(text, *args, **kwargs)
+        except Exception:
+            return None
+
+    return guarded
