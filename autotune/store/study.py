@@ -163,30 +163,34 @@ class SweepStudy:
 
     # Optuna's view of fit
 
-    def fit_constraint(self, attrs: Mapping[str, Any]) -> float:
+    def fit_constraint(self, attrs: Mapping[str, Any], line: tuple[float, float] | None = None) -> float:
         """The Optuna constraint value of a trial with these attrs (``verdict.fit_constraint``),
-        on the card and headroom the study was started with."""
+        on the card and headroom the study was started with (``line``: ``fit_line()``, read once)."""
+        card_gb, limit = line or self.fit_line()
+        record = TrialRecord(-1, attrs=dict(attrs))
+        return verdict.fit_constraint(verdict.record_fits(record, limit), record.peak_vram_gb, limit, card_gb)
+
+    def fit_line(self) -> tuple[float, float]:
+        """``(card GB, the most peak that fits)``: the exact card where the sweep recorded it."""
         attrs_now = self.user_attrs
         settings = attrs_now.get("settings") or {}
         exact = attrs_now.get(CARD_GB_ATTR)
         card_gb = float(
             exact if isinstance(exact, (int, float)) else (settings.get("card") or {}).get("vram_gb") or 0.0
         )
-        limit = verdict.fit_limit_gb(card_gb, float(settings.get("headroom") or 0.0))
-        record = TrialRecord(-1, attrs=dict(attrs))
-        return verdict.fit_constraint(verdict.record_fits(record, limit), record.peak_vram_gb, limit, card_gb)
+        return card_gb, verdict.fit_limit_gb(card_gb, float(settings.get("headroom") or 0.0))
 
     def fill_in_constraints(self) -> int:
         """Give every finished trial stored without a fit constraint (a study made before they
         were written) its value, so Optuna's tools judge old trials as new ones; returns how many."""
-        filled = 0
-        for t in self.trials():
-            if t.state.is_finished() and not op.has_constraints(t):
-                op.set_trial_constraints(self.storage, op.trial_id(t), [self.fit_constraint(t.user_attrs)])
-                filled += 1
-        if filled:
-            self.refresh()
-        return filled
+        missing = [t for t in self.trials() if t.state.is_finished() and not op.has_constraints(t)]
+        if not missing:
+            return 0
+        line = self.fit_line()
+        for t in missing:
+            op.set_trial_constraints(self.storage, op.trial_id(t), [self.fit_constraint(t.user_attrs, line)])
+        self.refresh()
+        return len(missing)
 
     @classmethod
     def load(cls, storage: RDBStorage, name: str | None) -> SweepStudy:
