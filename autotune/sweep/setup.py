@@ -127,7 +127,7 @@ def plan_sweep(
 
     base_params = adapter.baseline_params(baseline)
     base_ga = int(base_params.pop("gradient_accumulation_steps", 1) or 1)
-    num_gpus = max(1, int(getattr(baseline, "num_gpus", 1) or 1))
+    num_gpus = max(1, baseline.num_gpus)
     target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
     max_bs = opts.max_batch_size or DEFAULT_MAX_BATCH_SIZE
     limit = adapter.max_batch_size(baseline)
@@ -212,7 +212,7 @@ def pick_card(
     card = _card(opts, adapter, baseline, nvml)
     if pin is None:
         return card
-    gpus_per_trial = max(1, int(getattr(baseline, "num_gpus", 1) or 1))
+    gpus_per_trial = max(1, baseline.num_gpus)
     if gpus_per_trial > 1:
         raise UsageError(
             f"this config launches each trial on {gpus_per_trial} GPUs, but --parallel and "
