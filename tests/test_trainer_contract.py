@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import sys
@@ -273,8 +274,30 @@ def test_emulated_vram_hooks(case: Case, tmp_path: Path) -> None:
     adapter, baseline = case.make(tmp_path)
     emulated = adapter.with_emulated_vram(baseline, 24.0)
     if not adapter.emulates_vram:
-        assert emulated is baseline and adapter.emulated_vram_gb(baseline) is None
+        # The trial-side hook emulates the card (on by default): the config stays as it is, the
+        # card goes to the hook through the trial's env.
+        assert adapter.hook and adapter.emulates_card() and adapter.emulated_vram_gb(baseline) is None
+        assert emulated.text == baseline.text and adapter.emulated_vram_gb(emulated) == 24.0
+        spec = adapter.render(
+            emulated, {}, gradient_accumulation_steps=1, steps=3, trial_dir=tmp_path / "emulated"
+        )
+        assert spec.env["AUTOTUNE_EMULATED_VRAM_GB"] == "24"
+        assert adapter.with_emulated_vram(emulated, 24.0) is emulated
+        off = copy.copy(adapter)
+        off.hook = False  # what the hook option False (--no-hook) sets
+        assert not off.emulates_card() and off.with_emulated_vram(baseline, 24.0) is baseline
         return
+    # The trainer emulates its card itself: the hook is never given one (it would count twice).
+    assert (
+        "AUTOTUNE_EMULATED_VRAM_GB"
+        not in adapter.render(
+            adapter.with_emulated_vram(baseline, 24.0),
+            {},
+            gradient_accumulation_steps=1,
+            steps=3,
+            trial_dir=tmp_path / "own",
+        ).env
+    )
     assert adapter.emulated_vram_gb(baseline) is None  # the config names no card
     assert (
         adapter.emulated_vram_gb(emulated) == 24.0

@@ -148,7 +148,11 @@ def test_launch_line_single_gpu(tmp_path: Path) -> None:
         "PYTHONUNBUFFERED": "1",
         "WANDB_MODE": "disabled",
     }
-    assert "PYTHONPATH" not in spec.env  # no hook unless asked for
+    assert spec.env["PYTHONPATH"].split(os.pathsep)[0].endswith("hook")  # the hook: on by default
+    off = _adapter(hook=False).render(
+        baseline, {}, gradient_accumulation_steps=1, steps=40, trial_dir=tmp_path / "t2"
+    )
+    assert "PYTHONPATH" not in off.env and "AUTOTUNE_HOOK_FILE" not in off.env  # --no-hook
 
 
 def _checkout(tmp_path: Path) -> Path:

@@ -152,6 +152,17 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         help="sweep any trainer through a command template (trainer 'command'); placeholders: the knob "
         "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}",
     )
+    p.add_argument(
+        "--no-hook",
+        dest="hook",
+        action="store_false",
+        help="do not inject the trial-side hook into the trials (on by default for every PyTorch trainer: "
+        "it goes first on PYTHONPATH, keeping yours, and records per optimizer step the time, CUDA's peak "
+        "memory, the loss backward() saw (NaN/inf: the trial is 'nan') and the data loader's real batch; "
+        "with --vram-gb it emulates that card: live tensors counted on CPU, or the process capped with "
+        "torch.cuda.set_per_process_memory_fraction on a larger GPU). Without it and without a GPU, "
+        "nothing measures or limits a trial's memory",
+    )
     add_scaleout_flags(p)
     p.set_defaults(handler=cmd_sweep)
 
@@ -187,6 +198,7 @@ def sweep_options(args: argparse.Namespace) -> Any:
         "confirm": args.confirm,
         "force": args.force,
         "cmd": args.cmd,
+        "hook": args.hook,
         "trainer_options": options,
     }
     if args.workdir is not None:

@@ -45,6 +45,8 @@ def _progress(r: Report) -> str:
 def summary(r: Report) -> list[tuple[str, str]]:
     """(label, text) pairs for the head of every format."""
     items = [("Card", _card_line(r))]
+    if r.emulation:
+        items.append(("Emulation", r.emulation))
     trainer = r.trainer
     if r.config_path:
         trainer += f", from {Path(r.config_path).name}"

@@ -45,6 +45,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "study": r.study,
         "trainer": r.trainer,
         "card": r.card,
+        **({"emulation": r.emulation} if r.emulation else {}),  # how the card was emulated
         "headroom": r.headroom,
         "steps": r.steps,
         "config_path": r.config_path,

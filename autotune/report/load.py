@@ -110,6 +110,7 @@ def build_report(
         trainer_options=dict(options) if isinstance(options, Mapping) else {},
         full_steps=settings["full_steps"] if isinstance(settings.get("full_steps"), int) else None,
         launch_cwd=str(settings["launch_cwd"]) if settings.get("launch_cwd") else None,
+        emulation=str(settings["emulation"]) if settings.get("emulation") else None,
         study=study.study_name,
         trainer=trainer,
         card=card,

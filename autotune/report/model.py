@@ -88,6 +88,9 @@ class Report:
     #: stored before trials carried fit constraints (see ``optuna_best``).
     optuna_best: int | None = None
     optuna_judges_fit: bool = False
+    #: How the card was emulated (``settings["emulation"]``: counted on CPU, capped on a larger GPU,
+    #: or why not); ``None``: a real card, or a study from before it was recorded.
+    emulation: str | None = None
 
     @property
     def card_gb(self) -> float | None:

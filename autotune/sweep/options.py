@@ -77,6 +77,9 @@ class SweepOptions:
     #: How long to wait after a trial for the GPU's memory to come back to its pre-trial level.
     drain_timeout_s: float = DRAIN_TIMEOUT_S
     demo: bool = False
+    #: Inject the trial-side hook into PyTorch trainers (``--no-hook``: off): step times, memory,
+    #: losses, real batches, and the ``--vram-gb`` card emulated.
+    hook: bool = True
 
     @classmethod
     def demo_defaults(cls, **overrides: Any) -> SweepOptions:

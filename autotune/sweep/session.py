@@ -186,6 +186,8 @@ class SweepSession:
             + ("" if card.name.startswith(("emulated", "planned")) else f" ({format_gb(card.vram_gb)})")
             + f": fits at <= {format_gb((1 - opts.headroom) * card.vram_gb)} ({opts.headroom:.0%} headroom)"
         )
+        if card.emulation:
+            self.progress.line(f"card {card.emulation}")
         return scheduler, claimed
 
     def _conclude(

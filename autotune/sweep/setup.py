@@ -54,6 +54,9 @@ class Card:
     count: int
     tier: str | None
     indices: tuple[int, ...] = ()  # NVML indices to sample and drain; empty without a GPU
+    #: How the card is emulated, in a sentence ("counted: ...", "capped: ...", "not emulated: ..."),
+    #: or "" for the real card.
+    emulation: str = ""
 
     def as_setting(self) -> dict[str, Any]:
         return {"name": self.name, "vram_gb": round(self.vram_gb, 2), "count": self.count, "tier": self.tier}
@@ -114,10 +117,13 @@ def plan_sweep(
     storage_url = urls.check_storage_url(opts.storage or urls.default_storage_url(workdir))
     study_name = st.validate_study_name(opts.study or default_study_name(opts))
 
+    from autotune.trainers import adapter_class
+
     options = dict(opts.trainer_options)
     if opts.cmd is not None:
         options.setdefault("template", opts.cmd)
-    adapter = get_adapter(opts.trainer, **options)
+    hook = {"hook": opts.hook} if adapter_class(opts.trainer).takes_hook and "hook" not in options else {}
+    adapter = get_adapter(opts.trainer, **options, **hook)
     baseline = adapter.load_baseline(opts.config)
     nvml = open_nvml_for(nvml_arg)
     card = pick_card(opts, adapter, baseline, nvml, pin=pin)
@@ -173,6 +179,10 @@ def plan_sweep(
     # For the report's launch command (informational: a resume may change them, see store.settings).
     if opts.full_steps is not None:
         settings["full_steps"] = opts.full_steps
+    if not opts.hook:  # only when off: studies from before the flag stay the same sweep
+        settings["hook"] = False
+    if card.emulation:  # informational: the report says how the card was emulated
+        settings["emulation"] = card.emulation
     launch_folder = adapter.launch_folder()  # where a template trainer's trials run
     if launch_folder is not None:
         settings["launch_cwd"] = str(launch_folder)
@@ -207,7 +217,9 @@ def pick_card(
     pin: VisibleGpu | None = None,
 ) -> Card:
     """The card to judge fit on: --vram-gb, else the card the trainer emulates, else the
-    smallest visible GPU. The GPUs found are sampled and drained either way. A pinned worker
+    smallest visible GPU. With --vram-gb the card is emulated where the trainer or the trial-side
+    hook can (counted on CPU, capped on a larger GPU; ``Card.emulation`` says how, or why not).
+    The GPUs found are sampled and drained either way. A pinned worker
     (``pin``: ``--parallel``, ``autotune worker``) runs one single-GPU trial on its own card."""
     card = _card(opts, adapter, baseline, nvml)
     if pin is None:
@@ -237,18 +249,15 @@ def _card(opts: SweepOptions, adapter: TrainerAdapter, baseline: Baseline, nvml:
     emulated = adapter.emulated_vram_gb(baseline)
     if opts.vram_gb is not None:
         gb = opts.vram_gb
-        if adapter.emulates_vram:
-            return Card(f"emulated {format_gb(gb)} card{where}", gb, count, _tier(gb), indices)
+        how = emulation_note(adapter, gb, gpus)
+        if adapter.emulates_card():
+            return Card(f"emulated {format_gb(gb)} card{where}", gb, count, _tier(gb), indices, how)
         name = gpus[0][1] if gpus else f"planned {gb:g} GB card"
-        return Card(name, gb, count, _tier(gb), indices)
+        return Card(name, gb, count, _tier(gb), indices, how)
     if isinstance(emulated, (int, float)) and emulated > 0:
-        return Card(
-            f"emulated {format_gb(float(emulated))} card{where}",
-            float(emulated),
-            count,
-            _tier(emulated),
-            indices,
-        )
+        gb = float(emulated)
+        how = emulation_note(adapter, gb, gpus)
+        return Card(f"emulated {format_gb(gb)} card{where}", gb, count, _tier(gb), indices, how)
     if gpus:
         _, name, total = min(gpus, key=lambda g: g[2])
         gb = total / GIB
@@ -257,6 +266,40 @@ def _card(opts: SweepOptions, adapter: TrainerAdapter, baseline: Baseline, nvml:
         "no GPU found (NVML unavailable or no device), so there is no card to judge fit against; "
         "pass --vram-gb N to sweep for a card of N GB, or run 'autotune sweep' with no arguments "
         "for the CPU demo"
+    )
+
+
+def emulation_note(adapter: TrainerAdapter, gb: float, gpus: Sequence[tuple[int, str, int]]) -> str:
+    """How a ``gb`` card is emulated for this adapter's trials, in one sentence (or why it is not)."""
+    who = (
+        adapter.label
+        if adapter.emulates_vram
+        else "the trial-side hook"
+        if adapter.emulates_card()
+        else None
+    )
+    card = f"{format_gb(gb)} card"
+    if gpus:
+        _, name, total = min(gpus, key=lambda g: g[2])
+        if who is None:
+            return f"not emulated (--no-hook): trials use the whole {name}; fit is judged against a {card}"
+        if gb * GIB >= total:
+            return (
+                f"not capped: the {card} is not smaller than the {name} ({format_gb(total / GIB)}), so "
+                "trials use the whole GPU"
+            )
+        return (
+            f"capped: {who} limits each trial's process to {format_gb(gb)} of the {name} "
+            f"({format_gb(total / GIB)}) with torch.cuda.set_per_process_memory_fraction"
+        )
+    if who is None:
+        return (
+            "not emulated: no GPU and the trial-side hook is off (--no-hook), so nothing limits or "
+            "measures the trials' memory; fit is judged only from what the trainer reports itself"
+        )
+    return (
+        f"counted: {who} counts live tensor storage on CPU and raises torch's OutOfMemoryError past "
+        f"{format_gb(gb)}"
     )
 
 

@@ -18,6 +18,9 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
 - Every launch env sets ``AUTOTUNE_METRICS_FILE=<trial_dir>/trainer-metrics.json``.
 - Adapters take their options as keyword arguments (``get_adapter("ltx2",
   trainer_dir=..., launcher=[...])``); an unknown option is a ``UsageError``.
+- Adapters whose trials run PyTorch (``takes_hook``) take the ``hook`` option (default on): the
+  trial-side hook (``trials/hook``) goes first on the trial's ``PYTHONPATH`` and, with ``--vram-gb``,
+  emulates that card (``hook_vram_gb``).
 - The hooks (class attributes such as ``needs_tier_gate``, and ``emulated_vram_gb``,
   ``with_emulated_vram``, ``launch_argv``) answer what the sweep, the plan, the CLI and the
   report need to know about a trainer: nothing outside ``trainers/`` tests a trainer's name.
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +39,9 @@ from autotune.errors import UsageError
 from autotune.execution.launch import LaunchSpec
 
 Params = Mapping[str, Any]
+
+#: ``Baseline.extra`` key: the card (GB) the trial-side hook emulates (set by ``with_emulated_vram``).
+HOOK_VRAM_KEY = "hook_emulated_vram_gb"
 
 
 @dataclass
@@ -140,6 +146,10 @@ class TrainerAdapter(ABC):
     #: The trainer enforces an emulated card size itself (on CPU, or capped on a larger GPU): with
     #: ``--vram-gb N`` the card is one it emulates (``with_emulated_vram``), not one it needs.
     emulates_vram: ClassVar[bool] = False
+    #: The trials run PyTorch, so the trial-side hook can be injected (the ``hook`` option, default on).
+    takes_hook: ClassVar[bool] = False
+    #: This adapter injects the hook (set from the ``hook`` option by adapters that take it).
+    hook: bool = False
     #: Warnings the report adds about how this trainer measures itself (one sentence each).
     report_notes: ClassVar[tuple[str, ...]] = ()
     #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
@@ -151,13 +161,28 @@ class TrainerAdapter(ABC):
         ``None``: the folder follows from the baseline (the adapter's own ``render``)."""
         return None
 
+    def emulates_card(self) -> bool:
+        """With ``--vram-gb N`` trials run on an emulated N GB card: the trainer's own (``emulates_vram``)
+        or the trial-side hook's (``hook``): counted on CPU, capped on a larger GPU."""
+        return self.emulates_vram or self.hook
+
     def emulated_vram_gb(self, baseline: Baseline) -> float | None:
-        """The card size (GB) the baseline tells the trainer to emulate; ``None``: it emulates none."""
-        return None
+        """The card size (GB) the baseline tells the trainer (or the hook) to emulate; ``None``: none."""
+        return self.hook_vram_gb(baseline)
 
     def with_emulated_vram(self, baseline: Baseline, vram_gb: float) -> Baseline:
-        """The baseline set to emulate a ``vram_gb`` card (unchanged where the trainer emulates none)."""
-        return baseline
+        """The baseline set to emulate a ``vram_gb`` card (unchanged where nothing emulates one).
+
+        Here: the hook's card, kept in ``baseline.extra`` (the trainer's config is left as it is);
+        a trainer that emulates a card itself overrides this to write its own config."""
+        if not self.hook or self.hook_vram_gb(baseline) == vram_gb:
+            return baseline
+        return replace(baseline, extra={**baseline.extra, HOOK_VRAM_KEY: float(vram_gb)})
+
+    def hook_vram_gb(self, baseline: Baseline) -> float | None:
+        """The card the trial-side hook emulates in this baseline's trials (sent to it as env)."""
+        value = baseline.extra.get(HOOK_VRAM_KEY) if self.hook else None
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
     def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
         """The argv that trains ``config_path`` (a config in this trainer's format) on

@@ -36,9 +36,11 @@ from autotune.trainers.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
+    hook_option,
     merge_metrics,
     metrics_env,
     read_trial_record,
+    real_samples_per_s,
     same_value,
     take_options,
     write_trial_record,
@@ -101,12 +103,14 @@ def _text(value: Any) -> str:
 class CommandAdapter(TrainerAdapter):
     """Options: ``template`` (the command, required), ``cwd`` (where it runs; default the current
     folder), ``config_keys`` (param -> dotted key in the config, also for ``steps`` and
-    ``gradient_accumulation_steps``), ``hook`` (inject the trial-side hook; default off)."""
+    ``gradient_accumulation_steps``), ``hook`` (inject the trial-side hook: step times, memory,
+    losses, real batches, the ``--vram-gb`` card; default on)."""
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
     label: ClassVar[str] = "your trainer"
     takes_template: ClassVar[bool] = True
+    takes_hook: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("template", "cwd", "config_keys", "hook"))
@@ -140,7 +144,7 @@ class CommandAdapter(TrainerAdapter):
                     f"config_keys has unknown param(s) {', '.join(bad)}; known: {', '.join(LTX2_CONFIG_KEYS)}"
                 )
         self.config_keys: dict[str, str] | None = dict(keys) if keys is not None else None
-        self.hook = bool(options.get("hook", False))
+        self.hook = hook_option(options, self.name)
 
     def load_baseline(self, config: Path | None) -> Baseline:
         if config is None:
@@ -242,7 +246,7 @@ class CommandAdapter(TrainerAdapter):
         )
         env = {"PYTHONUNBUFFERED": "1", "COLUMNS": "250", **metrics_env(trial_dir)}
         if self.hook:
-            env.update(hook_env(trial_dir))
+            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
         return LaunchSpec(argv=tuple(argv), cwd=self.cwd, env=env)
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
@@ -257,7 +261,8 @@ class CommandAdapter(TrainerAdapter):
             accumulation = record.get("gradient_accumulation_steps")
             printed = printed_readings(text, accumulation if isinstance(accumulation, int) else 1)
             merged = merge_metrics(file_metrics, log, hook, *printed)
-            return finish_metrics(merged, batch, keep_reported=True)
+            counted = real_samples_per_s(hook, file_metrics)
+            return finish_metrics(merged, batch, keep_reported=True, counted=counted)
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

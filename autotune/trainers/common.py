@@ -1,8 +1,10 @@
-"""Pieces every adapter shares: the trial record, the metrics env, merging readings."""
+"""Pieces every adapter shares: the trial record, the metrics and hook env, merging readings."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -10,6 +12,7 @@ from typing import Any
 
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
+from autotune.trainers.readers.hookfile import HOOK_FILE_NAME
 from autotune.trainers.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
 
 #: What an adapter writes beside the trial's config so ``read_metrics`` knows the batch.
@@ -18,6 +21,55 @@ TRIAL_RECORD = "adapter.json"
 
 def metrics_env(trial_dir: Path) -> dict[str, str]:
     return {METRICS_ENV: str(trial_dir / METRICS_FILE_NAME)}
+
+
+#: Where the trial-side hook writes its lines (``trials/hook/sitecustomize.py``).
+HOOK_FILE_ENV = "AUTOTUNE_HOOK_FILE"
+#: The card the hook emulates (GiB): counted on CPU, a memory-fraction cap on a larger GPU.
+EMULATED_VRAM_ENV = "AUTOTUNE_EMULATED_VRAM_GB"
+
+
+def hook_dir() -> Path | None:
+    """``trials/hook`` (found without importing ``trials``), or None when not shipped."""
+    spec = importlib.util.find_spec("trials")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "hook"
+    return path if path.is_dir() else None
+
+
+def hook_env(trial_dir: Path, env: Mapping[str, str], *, vram_gb: float | None = None) -> dict[str, str]:
+    """``env`` (what the adapter adds to the inherited environment) with the trial-side hook added.
+
+    The hook's folder goes FIRST on ``PYTHONPATH`` (Python runs the first ``sitecustomize`` it
+    finds; the hook then runs any later one), before the ``PYTHONPATH`` that ``env`` sets (a
+    baseline's exports), else the inherited one: what the user or the baseline set is kept.
+    ``vram_gb``: the card the hook emulates.
+    """
+    out = dict(env)
+    where = hook_dir()
+    if where is None:
+        return out
+    inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    out["PYTHONPATH"] = str(where) + (os.pathsep + inherited if inherited else "")
+    out[HOOK_FILE_ENV] = str(trial_dir / HOOK_FILE_NAME)
+    if vram_gb is not None:
+        out[EMULATED_VRAM_ENV] = f"{vram_gb:g}"
+    return out
+
+
+def hook_option(options: Mapping[str, Any], trainer: str) -> bool:
+    """The adapters' ``hook`` option: on unless turned off (``--no-hook``)."""
+    value = options.get("hook", True)
+    if not isinstance(value, bool):
+        raise UsageError(f"trainer {trainer!r}: option hook must be true or false; got {value!r}")
+    return value
+
+
+def real_samples_per_s(hook: TrialMetrics, file_metrics: TrialMetrics) -> float | None:
+    """Samples/s from what the data loaders really yielded (the hook's count), unless the trainer's
+    own metrics file states its samples/s (its own figure, on purpose); ``None``: credit the batch."""
+    return hook.samples_per_s if file_metrics.samples_per_s is None else None
 
 
 def write_trial_record(trial_dir: Path, **record: Any) -> None:

@@ -9,7 +9,6 @@ directory. Its numbers come from its own ``Step`` lines and statistics block
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 from collections.abc import Mapping, Sequence
@@ -27,9 +26,12 @@ from autotune.trainers.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
+    hook_env,
+    hook_option,
     merge_metrics,
     metrics_env,
     read_trial_record,
+    real_samples_per_s,
     same_value,
     take_options,
     write_trial_record,
@@ -77,27 +79,6 @@ def short_run_recipe(steps: int, trial_dir: Path) -> list[tuple[str, Any]]:
     ]
 
 
-def hook_dir() -> Path | None:
-    """``trials/hook`` (found without importing ``trials``), or None when not shipped."""
-    spec = importlib.util.find_spec("trials")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "hook"
-    return path if path.is_dir() else None
-
-
-def hook_env(trial_dir: Path) -> dict[str, str]:
-    """Env that loads the trial-side hook (``sitecustomize``) into the trainer's Python."""
-    where = hook_dir()
-    if where is None:
-        return {}
-    inherited = os.environ.get("PYTHONPATH", "")
-    return {
-        "PYTHONPATH": str(where) + (os.pathsep + inherited if inherited else ""),
-        "AUTOTUNE_HOOK_FILE": str(trial_dir / HOOK_FILE_NAME),
-    }
-
-
 def read_output(trial_dir: Path, output: str) -> str:
     """The trial's output: as given, else what the runner wrote to ``stdout.log``/``stderr.log``."""
     if output:
@@ -116,9 +97,13 @@ def read_output(trial_dir: Path, output: str) -> str:
 
 
 def finish_metrics(
-    metrics: TrialMetrics, effective_batch: int | None, *, keep_reported: bool
+    metrics: TrialMetrics, effective_batch: int | None, *, keep_reported: bool, counted: float | None = None
 ) -> TrialMetrics:
-    """Samples/s from the steady step time and the batch we asked for (the trainer's own figure is coarse)."""
+    """Samples/s: ``counted`` (the data loaders' real batches, read by the hook) when there is one,
+    else from the steady step time and the batch we asked for (the trainer's own figure is coarse)."""
+    if counted is not None:
+        metrics.samples_per_s = counted
+        return metrics
     if effective_batch and metrics.step_time_s and not (keep_reported and metrics.samples_per_s):
         metrics.samples_per_s = effective_batch / metrics.step_time_s
     return metrics
@@ -129,7 +114,8 @@ class Ltx2Adapter(TrainerAdapter):
     config's or the current folder when omitted), ``launcher`` (argv that runs Python, default
     ``["uv", "run", "python"]``; e.g. ``["/path/venv/bin/python"]``), ``accelerate_config``
     (``ddp``, ``fsdp``, a path, or ``none``; default ddp for LoRA, fsdp for full fine-tuning,
-    used with several GPUs), ``hook`` (inject the trial-side memory/step hook; default off)."""
+    used with several GPUs), ``hook`` (inject the trial-side hook: step times, memory, losses, real
+    batches, the ``--vram-gb`` card; default on)."""
 
     name: ClassVar[str] = "ltx2"
     knob_file: ClassVar[str] = "ltx2.yaml"
@@ -139,6 +125,7 @@ class Ltx2Adapter(TrainerAdapter):
     plan_baselines: ClassVar[bool] = True
     loads_model_paths: ClassVar[bool] = True
     needs_tier_gate: ClassVar[bool] = True
+    takes_hook: ClassVar[bool] = True
     report_notes: ClassVar[tuple[str, ...]] = (
         "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
         "only at a few points (start, first step, every 200 steps, end) and including other "
@@ -158,7 +145,7 @@ class Ltx2Adapter(TrainerAdapter):
             )
         self.launcher: list[str] | None = list(launcher) if launcher is not None else None
         self.accelerate_config: str | None = options.get("accelerate_config")
-        self.hook = bool(options.get("hook", False))
+        self.hook = hook_option(options, self.name)
 
     # --- baseline ------------------------------------------------------------------------------
 
@@ -258,7 +245,7 @@ class Ltx2Adapter(TrainerAdapter):
         )
         env = {**RUN_ENV, **metrics_env(trial_dir)}
         if self.hook:
-            env.update(hook_env(trial_dir))
+            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
         argv = self.launch_argv(baseline, config_path, progress_bars=False)
         return LaunchSpec(argv=tuple(argv), cwd=cwd, env=env)
 
@@ -334,7 +321,8 @@ class Ltx2Adapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
             merged = merge_metrics(*self._reading_order(log, file_metrics, hook))
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False)
+            counted = real_samples_per_s(hook, file_metrics)
+            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

@@ -28,7 +28,8 @@ MODULE = "trials.reference"
 
 class ReferenceAdapter(Ltx2Adapter):
     """Options: ``launcher`` (argv that runs Python, default this interpreter), ``accelerate_config``
-    (used with several GPUs; default none), ``hook`` (default off)."""
+    (used with several GPUs; default none), ``hook`` (default on; the trainer emulates its card
+    itself, so the hook is never given one)."""
 
     name: ClassVar[str] = "reference"
     knob_file: ClassVar[str] = "reference.yaml"
@@ -66,6 +67,10 @@ class ReferenceAdapter(Ltx2Adapter):
         section = baseline.data.get("reference")
         value = section.get("emulated_vram_gb") if isinstance(section, dict) else None
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def hook_vram_gb(self, baseline: Baseline) -> float | None:
+        """None: the trainer counts (or caps) its own card; a second counter would count it twice."""
+        return None
 
     def with_emulated_vram(self, baseline: Baseline, vram_gb: float) -> Baseline:
         """Make the trainer's emulated budget the card the sweep judges (the text keeps its comments)."""

@@ -39,9 +39,11 @@ from autotune.trainers.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
+    hook_option,
     merge_metrics,
     metrics_env,
     read_trial_record,
+    real_samples_per_s,
     take_options,
     write_trial_record,
 )
@@ -143,13 +145,15 @@ def set_bool_flag(args: list[str], flag: str, on: bool) -> list[str]:
 
 class SanaAdapter(TrainerAdapter):
     """Options: ``launcher`` (argv that runs Python; overrides the baseline's), ``hook``
-    (inject the trial-side hook for step times and peak memory; default on)."""
+    (inject the trial-side hook: step times, memory, losses, real batches, the ``--vram-gb`` card;
+    default on)."""
 
     name: ClassVar[str] = "sana"
     knob_file: ClassVar[str] = "sana.yaml"
     label: ClassVar[str] = "the Sana trainer"
     #: ``final_config`` writes the training command as a shell script.
     config_suffix: ClassVar[str] = ".sh"
+    takes_hook: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "hook"))
@@ -157,7 +161,7 @@ class SanaAdapter(TrainerAdapter):
         if launcher is not None and (isinstance(launcher, str) or not launcher):
             raise UsageError(f"launcher must be a non-empty list of strings; got {launcher!r}")
         self.launcher: list[str] | None = [str(a) for a in launcher] if launcher else None
-        self.hook = bool(options.get("hook", True))
+        self.hook = hook_option(options, self.name)
 
     def load_baseline(self, config: Path | None) -> Baseline:
         if config is None:
@@ -260,8 +264,8 @@ class SanaAdapter(TrainerAdapter):
             steps=steps,
         )
         env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"], **metrics_env(trial_dir)}
-        if self.hook:
-            env.update(hook_env(trial_dir))
+        if self.hook:  # after the baseline's env: its PYTHONPATH stays, behind the hook's folder
+            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
         return LaunchSpec(argv=tuple(argv), cwd=Path(record["cwd"]), env=env)
 
     def _argv(self, record: dict[str, Any], args: list[str], gpus: int) -> list[str]:
@@ -287,7 +291,8 @@ class SanaAdapter(TrainerAdapter):
             tqdm_time, losses = parse_tqdm(read_output(trial_dir, output))
             tqdm = TrialMetrics(step_time_s=tqdm_time, losses=losses, source="tqdm")
             merged = merge_metrics(hook, file_metrics, tqdm)
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False)
+            counted = real_samples_per_s(hook, file_metrics)
+            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

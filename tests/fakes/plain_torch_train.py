@@ -1,8 +1,11 @@
 """A plain PyTorch training script that knows nothing of autotune (the hook's test subject).
 
-Usage: plain_torch_train.py STEPS [--crash-at N] [--optimizer sgd|adamw]
+Usage: plain_torch_train.py STEPS [--crash-at N] [--optimizer sgd|adamw] [--lr LR] [--hidden H]
+       [--data N --batch B [--accumulate K] [--workers W]]
 Prints one line per step ("step N loss X") and "done", so a test can compare runs with and without
-the hook. --crash-at raises a RuntimeError before step N's optimizer step.
+the hook. --crash-at raises a RuntimeError before step N's optimizer step. With --data, batches come
+from a DataLoader over N items at batch B (the last batch of an epoch is partial when B does not
+divide N), K micro-batches per optimizer step; without it, one fixed batch of 64.
 """
 
 import argparse
@@ -16,17 +19,38 @@ def main() -> int:
     parser.add_argument("steps", type=int)
     parser.add_argument("--crash-at", type=int, default=None)
     parser.add_argument("--optimizer", choices=["sgd", "adamw"], default="adamw")
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--hidden", type=int, default=32)
+    parser.add_argument("--data", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--accumulate", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 1)
+    )
     opt_cls = torch.optim.SGD if args.optimizer == "sgd" else torch.optim.AdamW
-    optimizer = opt_cls(model.parameters(), lr=1e-2)
-    x = torch.randn(64, 16)
+    optimizer = opt_cls(model.parameters(), lr=args.lr)
+    x = torch.randn(64 if args.data is None else args.data, 16)
     y = x.sum(dim=1, keepdim=True)
+
+    def batches():
+        if args.data is None:
+            while True:
+                yield x, y
+        dataset = torch.utils.data.TensorDataset(x, y)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, num_workers=args.workers)
+        while True:
+            yield from loader
+
+    stream = batches()
     for step in range(1, args.steps + 1):
-        loss = torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
-        loss.backward()
+        for _ in range(args.accumulate):
+            xb, yb = next(stream)
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            loss.backward()
         if args.crash_at == step:
             raise RuntimeError(f"deliberate crash at step {step}")
         optimizer.step()

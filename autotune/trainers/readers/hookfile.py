@@ -1,16 +1,27 @@
 """Reading what the trial-side hook (``trials/hook/sitecustomize.py``) wrote.
 
 The hook appends one JSON object per line: ``{"event": "step", "step": n, "t": ...,
-"step_time_s": ..., "max_memory_reserved_gb": x|null, "max_memory_allocated_gb": y|null}``
-per optimizer step, and ``{"event": "exit", ..., "steps": n}`` at exit. Several
-processes (accelerate ranks) may append to one file. A trial killed mid-write
-leaves a torn last line, so the reader skips what it cannot parse and never raises.
+"step_time_s": ..., "max_memory_reserved_gb": x|null, "max_memory_allocated_gb": y|null,
+"loss": l|null, "samples": k|null, "counted": bool, "pid": p}`` per optimizer step, a ``card``
+line when it emulates a card, and ``{"event": "exit", ..., "steps": n, "loss": l|null}`` at exit.
+Several processes (accelerate ranks) may append to one file. A trial killed mid-write leaves a
+torn last line, so the reader skips what it cannot parse and never raises.
+
+- Step time: the steady state of one process's series (ranks step in lockstep), leaving out the
+  steps the emulated card counted (its per-op bookkeeping is not the trainer's speed) when any
+  others are left, as the reference trainer does.
+- Samples/s: where the data loaders' real batches were counted (``samples``), each process's
+  samples over its steady steps' time, summed over the processes; else none (the adapter then
+  credits batch x accumulation x GPUs).
+- Losses: every recorded loss, NaN and inf included (JSON's ``NaN``/``Infinity``), so a
+  non-finite one makes the trial ``nan`` through ``TrialMetrics.nan_loss``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +32,16 @@ HOOK_FILE_NAME = "hook.jsonl"
 _MAX_BYTES = 64 * 1024 * 1024  # a runaway file must not eat the orchestrator's memory
 
 
+@dataclass(frozen=True)
+class _Step:
+    step: int
+    time_s: float
+    samples: int | None
+    counted: bool
+
+
 def read_hook_file(path: Path) -> TrialMetrics:
-    """Step times (steady state: first window left out) and peak reserved memory from the hook's lines."""
+    """Step times (steady state), real samples/s, losses and the peak memory from the hook's lines."""
     metrics = TrialMetrics(source="hook")
     try:
         with open(path, "rb") as fh:
@@ -30,8 +49,9 @@ def read_hook_file(path: Path) -> TrialMetrics:
     except (OSError, TypeError, ValueError):
         return metrics
     text = data.decode("utf-8", errors="replace")
-    steps: dict[Any, list[tuple[int, float]]] = {}
+    steps: dict[int | str | None, list[_Step]] = {}
     peaks: list[float] = []
+    losses: list[tuple[int, float]] = []
     for line in text.splitlines():
         event = _load(line)
         if event is None:
@@ -41,23 +61,62 @@ def read_hook_file(path: Path) -> TrialMetrics:
             peak = _number(event.get("max_memory_allocated_gb"))
         if peak is not None:
             peaks.append(peak)
+        loss = _loss(event.get("loss"))
+        if loss is not None and event.get("event") in ("step", "exit"):
+            losses.append((len(losses), loss))
         if event.get("event") == "step":
             step_time = _number(event.get("step_time_s"))
             step = event.get("step")
-            if step_time is not None and isinstance(step, int) and not isinstance(step, bool):
+            if step_time is not None and isinstance(step, int) and _whole(step):
                 source = event.get("pid", event.get("rank"))
+                samples = event.get("samples")
                 steps.setdefault(source if isinstance(source, (int, str)) else None, []).append(
-                    (step, step_time)
+                    _Step(step, step_time, samples if _whole(samples) else None, event.get("counted") is True)
                 )
     if steps:
         # One process's series (the one with most steps): ranks step in lockstep.
-        series = max(steps.values(), key=len)
-        times = [t for _, t in sorted(series, key=lambda st: st[0])]
-        metrics.step_times_s = times
-        metrics.step_time_s, metrics.step_time_spread_s = steady_state(times, warmup_count(len(times)))
+        longest: list[_Step] = max(steps.values(), key=len)
+        series = sorted(longest, key=lambda s: s.step)
+        metrics.step_times_s = [s.time_s for s in series]
+        times = [s.time_s for s in _steady(series)]
+        metrics.step_time_s, metrics.step_time_spread_s = steady_state(times, 0)
+        metrics.samples_per_s = _samples_per_s(steps.values())
     if peaks:
         metrics.measured_peak_vram_gb = max(peaks)
+    metrics.losses = [value for _, value in losses]
     return metrics
+
+
+def _steady(series: list[_Step]) -> list[_Step]:
+    """The steps past the warm-up window, without those the emulated card counted (unless that is all)."""
+    plain = [s for s in series if not s.counted] or series
+    return plain[warmup_count(len(plain)) :] or plain
+
+
+def _samples_per_s(all_series: Any) -> float | None:
+    """Each process's counted samples over the same steps' time, summed over processes."""
+    total: float | None = None
+    for series in all_series:
+        steady = [s for s in _steady(sorted(series, key=lambda s: s.step)) if s.samples is not None]
+        seconds = sum(s.time_s for s in steady)
+        if steady and seconds > 0:
+            total = (total or 0.0) + sum(s.samples or 0 for s in steady) / seconds
+    return total
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _loss(value: Any) -> float | None:
+    """A recorded loss: any float (NaN and inf kept: they are the point), or their spellings as text."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip().lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
+        return float(value.strip())
+    return None
 
 
 def _load(line: str) -> dict[str, Any] | None:
