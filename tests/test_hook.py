@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -104,3 +105,138 @@ def test_without_the_variable_the_hook_does_nothing(tmp_path: Path) -> None:
     assert hooked.stdout.split()[0] == armed.stdout.split()[0] == "False"
     assert int(armed.stdout.split()[1]) == int(hooked.stdout.split()[1]) + 1  # only the import watcher
     assert not (tmp_path / "hook.jsonl").exists()
+
+
+# --- what the hook reads per step: loss, the data loader's real batch, the emulated card ----------
+
+
+def run_hooked(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[Any, Path]:
+    hook_file = tmp_path / "hook.jsonl"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
+    base.update({"PYTHONPATH": str(HOOK_DIR), "AUTOTUNE_HOOK_FILE": str(hook_file), **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=base,
+        timeout=120,
+        check=False,
+    )
+    return proc, hook_file
+
+
+def test_losses_are_the_scalars_backward_saw(tmp_path: Path) -> None:
+    proc, hook_file = run_hooked(tmp_path, "4")
+    assert proc.returncode == 0, proc.stderr
+    printed = [float(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("step")]
+    recorded = [r["loss"] for r in events(hook_file) if r["event"] == "step"]
+    assert recorded == pytest.approx(printed, rel=1e-5)
+
+
+def test_a_diverging_loss_is_recorded_non_finite_and_read_as_nan(tmp_path: Path) -> None:
+    from autotune.core.outcome import Outcome, classify
+    from autotune.trainers.readers.hookfile import read_hook_file
+
+    proc, hook_file = run_hooked(tmp_path, "6", "--lr", "1e9", "--optimizer", "sgd")
+    assert proc.returncode == 0, proc.stderr
+    losses = [r["loss"] for r in events(hook_file) if r["event"] == "step"]
+    assert any(not math.isfinite(x) for x in losses)
+    metrics = read_hook_file(hook_file)
+    assert metrics.nan_loss
+    # The outcome classification's own rule for a NaN loss, with an output that never says "nan".
+    outcome = classify(
+        0,
+        None,
+        timed_out=False,
+        stalled=False,
+        interrupted=False,
+        output="step 1 loss 0.5\ndone\n",
+        metrics=metrics,
+    )
+    assert outcome is Outcome.NAN
+
+
+@pytest.mark.parametrize(
+    ("items", "batch", "accumulate", "per_step"),
+    [
+        pytest.param(6, 8, 1, [6, 6, 6, 6], id="6-items-at-batch-8"),
+        pytest.param(10, 4, 1, [4, 4, 2, 4, 4, 2], id="partial-last-batch"),
+        pytest.param(10, 4, 2, [8, 6, 6, 8], id="accumulation-sums-micro-batches"),  # 4+4, 2+4, 4+2, 4+4,
+    ],
+)
+def test_samples_are_what_the_data_loader_yielded(
+    tmp_path: Path, items: int, batch: int, accumulate: int, per_step: list[int]
+) -> None:
+    args = [str(len(per_step)), "--data", str(items), "--batch", str(batch), "--accumulate", str(accumulate)]
+    proc, hook_file = run_hooked(tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["samples"] for r in events(hook_file) if r["event"] == "step"] == per_step
+
+
+def test_samples_from_worker_processes_are_counted_once(tmp_path: Path) -> None:
+    proc, hook_file = run_hooked(tmp_path, "4", "--data", "10", "--batch", "4", "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    records = events(hook_file)
+    assert [r["samples"] for r in records if r["event"] == "step"] == [4, 4, 2, 4]
+    assert [r["event"] for r in records].count("exit") == 1  # workers leave no exit line of their own
+
+
+def test_without_a_data_loader_samples_are_null(tmp_path: Path) -> None:
+    proc, hook_file = run_hooked(tmp_path, "2")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["samples"] for r in events(hook_file) if r["event"] == "step"] == [None, None]
+
+
+def _model_bytes(hidden: int) -> int:
+    """The fake's two linear layers, fp32: weights, biases."""
+    return 4 * (16 * hidden + hidden + hidden + 1)
+
+
+def test_the_emulated_card_counts_the_scripts_tensors_and_reports_the_peak(tmp_path: Path) -> None:
+    proc, hook_file = run_hooked(
+        tmp_path,
+        "5",
+        "--hidden",
+        "512",
+        env={"AUTOTUNE_EMULATED_VRAM_GB": "1", "AUTOTUNE_EMULATED_COUNT_STEPS": "0"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    records = events(hook_file)
+    assert records[0]["event"] == "card" and records[0]["mode"] == "counted"
+    steps = [r for r in records if r["event"] == "step"]
+    assert all(r["counted"] for r in steps)
+    peak = steps[-1]["max_memory_reserved_gb"] * 1024**3
+    # At least the weights, their gradients and AdamW's two moments (4x the model), and the data.
+    assert peak >= 4 * _model_bytes(512) + 2 * 64 * 16 * 4
+    assert peak < 1024**2  # and not the process's whole heap: a few hundred KiB here
+
+
+def test_the_emulated_card_counts_for_the_first_steps_then_steps_are_plain(tmp_path: Path) -> None:
+    proc, hook_file = run_hooked(tmp_path, "6", env={"AUTOTUNE_EMULATED_VRAM_GB": "1"})
+    assert proc.returncode == 0, proc.stderr
+    steps = [r for r in events(hook_file) if r["event"] == "step"]
+    assert [r["counted"] for r in steps] == [True] * 3 + [False] * 3
+    assert len({r["max_memory_reserved_gb"] for r in steps[2:]}) == 1  # the peak stays as counted
+
+
+def test_past_the_emulated_card_the_script_dies_of_torchs_own_oom(tmp_path: Path) -> None:
+    from autotune.core.outcome import Outcome, classify
+
+    small = str(3 * _model_bytes(2048) / 1024**3)  # the weights fit, AdamW's state does not
+    proc, hook_file = run_hooked(tmp_path, "3", "--hidden", "2048", env={"AUTOTUNE_EMULATED_VRAM_GB": small})
+    assert proc.returncode == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory." in proc.stderr
+    outcome = classify(
+        proc.returncode,
+        None,
+        timed_out=False,
+        stalled=False,
+        interrupted=False,
+        output=proc.stdout + proc.stderr,
+        metrics=None,
+    )
+    assert outcome is Outcome.OOM
+    exit_line = events(hook_file)[-1]
+    assert exit_line["event"] == "exit" and exit_line["exception"].startswith("torch.OutOfMemoryError")
+    plain, _ = run_hooked(tmp_path, "3", "--hidden", "2048")  # no card: the same script runs
+    assert plain.returncode == 0, plain.stderr
