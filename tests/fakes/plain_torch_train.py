@@ -1,11 +1,12 @@
 """A plain PyTorch training script that knows nothing of autotune (the hook's test subject).
 
 Usage: plain_torch_train.py STEPS [--crash-at N] [--optimizer sgd|adamw] [--lr LR] [--hidden H]
-       [--data N --batch B [--accumulate K] [--workers W]]
+       [--data N --batch B [--accumulate K] [--workers W]] [--quiet]
 Prints one line per step ("step N loss X") and "done", so a test can compare runs with and without
 the hook. --crash-at raises a RuntimeError before step N's optimizer step. With --data, batches come
 from a DataLoader over N items at batch B (the last batch of an epoch is partial when B does not
-divide N), K micro-batches per optimizer step; without it, one fixed batch of 64.
+divide N), K micro-batches per optimizer step; without it, one fixed batch of 64. --quiet prints
+only "done": nothing a reader of printed formats could parse (the loss only the hook sees).
 """
 
 import argparse
@@ -25,6 +26,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -54,7 +56,8 @@ def main() -> int:
         if args.crash_at == step:
             raise RuntimeError(f"deliberate crash at step {step}")
         optimizer.step()
-        print(f"step {step} loss {loss.item():.6f}", flush=True)
+        if not args.quiet:
+            print(f"step {step} loss {loss.item():.6f}", flush=True)
     print("done", flush=True)
     return 0
 
