@@ -53,7 +53,7 @@ def _sweep(tmp_path: Path, extra: str, **opts: Any) -> tuple[list[dict[str, Any]
     )
     template = (
         f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} {{steps}} --data 64 "
-        f"--batch {{batch_size}} --hidden 4096 --optimizer sgd --quiet {extra}"
+        f"--batch {{batch_size}} --hidden 4096 --optimizer sgd --lr 1e-5 --quiet {extra}"
     )
     out = io.StringIO()
     run_sweep(
@@ -63,7 +63,7 @@ def _sweep(tmp_path: Path, extra: str, **opts: Any) -> tuple[list[dict[str, Any]
             workdir=tmp_path / "runs",
             study="hooked",
             knob_file=knobs,
-            steps=12,
+            steps=40,
             max_batch_size=32,
             vram_gb=CARD_GB,
             **opts,

@@ -161,3 +161,64 @@ def test_steady_state(samples: list[float], skip: int, median: float | None, spr
 @pytest.mark.parametrize(("n", "skip"), [(0, 0), (1, 0), (3, 1), (10, 5), (50, 20), (500, 20)])
 def test_warmup_count(n: int, skip: int) -> None:
     assert warmup_count(n) == skip
+
+
+# --- losses, the data loader's real batch, the emulated card's counted steps -----------------------
+
+
+def _write(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "hook.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("losses", "nan"),
+    [
+        pytest.param([0.5, 0.4, 0.3], False, id="finite"),
+        pytest.param([0.5, float("nan"), 0.3], True, id="nan"),
+        pytest.param([0.5, float("inf")], True, id="inf"),
+        pytest.param([0.5, "NaN"], True, id="nan-as-text"),
+        pytest.param([0.5, None, "fine"], False, id="no-loss-seen"),
+    ],
+)
+def test_losses_are_read_and_a_non_finite_one_is_nan(tmp_path: Path, losses: list[object], nan: bool) -> None:
+    lines = [_step(i + 1, 1.0, loss=loss) for i, loss in enumerate(losses)]
+    metrics = read_hook_file(_write(tmp_path, lines))
+    assert metrics.nan_loss is nan
+    assert len(metrics.losses) == sum(isinstance(x, float) or x == "NaN" for x in losses)
+
+
+def test_a_nan_loss_seen_only_at_exit_still_counts(tmp_path: Path) -> None:
+    exit_line = json.dumps({"event": "exit", "steps": 1, "loss": float("nan")})
+    assert read_hook_file(_write(tmp_path, [_step(1, 1.0, loss=0.5), exit_line])).nan_loss
+
+
+def test_samples_per_s_is_the_real_batch_over_the_step_time(tmp_path: Path) -> None:
+    # 10 items at batch 4: 4, 4, 2, ... per step; 0.5 s a step; one stalled step does not skew it.
+    sizes = [4, 4, 2] * 4
+    times = [0.5] * 11 + [30.0]
+    lines = [_step(i + 1, t, samples=n) for i, (n, t) in enumerate(zip(sizes, times, strict=True))]
+    metrics = read_hook_file(_write(tmp_path, lines))
+    steady = sizes[warmup_count(12) :]
+    assert metrics.samples_per_s == pytest.approx(sum(steady) / len(steady) / 0.5)
+
+
+def test_ranks_that_step_together_add_up(tmp_path: Path) -> None:
+    lines = [_step(i, 0.5, samples=6, pid=100) for i in range(1, 5)]
+    lines += [_step(i, 0.5, samples=6, pid=101) for i in range(1, 5)]
+    lines.append(json.dumps({"event": "exit", "steps": 0, "pid": 99}))  # the launcher: no steps
+    assert read_hook_file(_write(tmp_path, lines)).samples_per_s == pytest.approx(24.0)
+
+
+def test_without_counted_samples_there_is_no_samples_per_s(tmp_path: Path) -> None:
+    lines = [_step(i, 0.5, samples=None) for i in range(1, 5)]
+    assert read_hook_file(_write(tmp_path, lines)).samples_per_s is None
+
+
+def test_steps_the_emulated_card_counted_are_left_out_of_the_step_time(tmp_path: Path) -> None:
+    lines = [_step(i, 5.0, counted=True) for i in range(1, 4)] + [_step(i, 1.0) for i in range(4, 10)]
+    metrics = read_hook_file(_write(tmp_path, lines))
+    assert metrics.step_time_s == 1.0 and len(metrics.step_times_s) == 9
+    only_counted = [_step(i, 2.0, counted=True) for i in range(1, 4)]
+    assert read_hook_file(_write(tmp_path, only_counted)).step_time_s == 2.0  # all there is

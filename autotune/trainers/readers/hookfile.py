@@ -11,8 +11,8 @@ torn last line, so the reader skips what it cannot parse and never raises.
   steps the emulated card counted (its per-op bookkeeping is not the trainer's speed) when any
   others are left, as the reference trainer does.
 - Samples/s: where the data loaders' real batches were counted (``samples``), each process's
-  samples over its steady steps' time, summed over the processes; else none (the adapter then
-  credits batch x accumulation x GPUs).
+  mean samples per steady step over its steady step time, summed over the processes; else none
+  (the adapter then credits batch x accumulation x GPUs over the step time).
 - Losses: every recorded loss, NaN and inf included (JSON's ``NaN``/``Infinity``), so a
   non-finite one makes the trial ``nan`` through ``TrialMetrics.nan_loss``.
 """
@@ -94,13 +94,16 @@ def _steady(series: list[_Step]) -> list[_Step]:
 
 
 def _samples_per_s(all_series: Any) -> float | None:
-    """Each process's counted samples over the same steps' time, summed over processes."""
+    """Each process's real batch (its mean counted samples per steady step) over its steady step
+    time (the median, as for every step time: one stalled step must not skew it), summed over the
+    processes. The batch-credit rule, with the batch the data loader really yielded."""
     total: float | None = None
     for series in all_series:
-        steady = [s for s in _steady(sorted(series, key=lambda s: s.step)) if s.samples is not None]
-        seconds = sum(s.time_s for s in steady)
-        if steady and seconds > 0:
-            total = (total or 0.0) + sum(s.samples or 0 for s in steady) / seconds
+        steady = _steady(sorted(series, key=lambda s: s.step))
+        counted = [s.samples for s in steady if s.samples is not None]
+        step_time, _ = steady_state([s.time_s for s in steady], 0)
+        if counted and step_time:
+            total = (total or 0.0) + sum(counted) / len(counted) / step_time
     return total
 
 
