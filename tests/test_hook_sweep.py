@@ -53,7 +53,7 @@ def _sweep(tmp_path: Path, extra: str, **opts: Any) -> tuple[list[dict[str, Any]
     )
     template = (
         f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} {{steps}} --data 64 "
-        f"--batch {{batch_size}} --hidden 4096 --optimizer sgd --lr 1e-5 --quiet {extra}"
+        f"--batch {{batch_size}} --hidden 4096 --optimizer sgd --lr 1e-5 --threads 1 --quiet {extra}"
     )
     out = io.StringIO()
     run_sweep(

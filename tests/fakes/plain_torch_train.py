@@ -1,7 +1,7 @@
 """A plain PyTorch training script that knows nothing of autotune (the hook's test subject).
 
 Usage: plain_torch_train.py STEPS [--crash-at N] [--optimizer sgd|adamw] [--lr LR] [--hidden H]
-       [--data N --batch B [--accumulate K] [--workers W]] [--quiet]
+       [--data N --batch B [--accumulate K] [--workers W]] [--threads T] [--quiet]
 Prints one line per step ("step N loss X") and "done", so a test can compare runs with and without
 the hook. --crash-at raises a RuntimeError before step N's optimizer step. With --data, batches come
 from a DataLoader over N items at batch B (the last batch of an epoch is partial when B does not
@@ -27,7 +27,10 @@ def main() -> int:
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)  # a busy host: threads fighting for cores swamp the timing
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(16, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 1)
