@@ -163,7 +163,7 @@ def _checkout(tmp_path: Path) -> Path:
 
 
 UV_ACCELERATE = ["uv", "run", "accelerate", "launch"]
-PY_ACCELERATE = ["/venv/bin/python", "-m", "accelerate.commands.launch"]
+PY_ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
 DDP = ["--config_file", "configs/accelerate/ddp.yaml"]
 FSDP = ["--config_file", "configs/accelerate/fsdp.yaml"]
 TWO = ["--num_processes", "2"]
@@ -176,7 +176,7 @@ TWO = ["--num_processes", "2"]
         ("full", {}, [*UV_ACCELERATE, *FSDP, *TWO]),
         ("lora", {"accelerate_config": "none"}, [*UV_ACCELERATE, "--multi_gpu", *TWO]),
         ("lora", {"accelerate_config": "fsdp"}, [*UV_ACCELERATE, *FSDP, *TWO]),
-        ("lora", {"launcher": ["/venv/bin/python"]}, [*PY_ACCELERATE, *DDP, *TWO]),
+        ("lora", {"launcher": [sys.executable]}, [*PY_ACCELERATE, *DDP, *TWO]),
     ],
 )
 def test_launch_line_several_gpus(

@@ -62,6 +62,15 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         help="the trainer's checkout (for ltx2: the LTX-2 repo or packages/ltx-trainer)",
     )
     p.add_argument(
+        "--trainer-python",
+        type=Path,
+        metavar="PATH",
+        help="the Python of the environment the trainer is installed in, for a trainer installed "
+        "without uv (ltx2, sana): trials run 'PATH scripts/train.py CONFIG', several GPUs "
+        "'PATH -m accelerate.commands.launch ...' (default for ltx2: uv run python / uv run "
+        "accelerate launch; for sana: the baseline's own launcher). Checked before any trial",
+    )
+    p.add_argument(
         "--study",
         help="study name (default: TRAINER-CONFIGSTEM, 'demo' for the demo); the same name resumes",
     )
@@ -169,6 +178,8 @@ def sweep_options(args: argparse.Namespace) -> Any:
     options: dict[str, Any] = {}
     if args.trainer_dir is not None:
         options["trainer_dir"] = args.trainer_dir
+    if args.trainer_python is not None:
+        options["launcher"] = [trainer_python(args.trainer_python, trainer)]
     common: dict[str, Any] = {
         "config": args.config,
         "study": args.study,
@@ -194,6 +205,22 @@ def sweep_options(args: argparse.Namespace) -> Any:
     if trainer is None and args.config is None:
         return SweepOptions.demo_defaults(**common)
     return SweepOptions(trainer=trainer or "reference", **{k: v for k, v in common.items()})
+
+
+def trainer_python(path: Path, trainer: str | None) -> str:
+    """``--trainer-python PATH``, checked now: only for a trainer that runs Python itself, and
+    an executable file (a typo would otherwise fail every trial)."""
+    from autotune.execution.launch import check_program
+    from autotune.trainers import adapter_class, adapter_names
+
+    takes = [name for name in adapter_names() if adapter_class(name).takes_trainer_python]
+    if trainer not in takes:
+        raise UsageError(
+            f"--trainer-python goes with --trainer {' or '.join(takes)}"
+            + (f", not {trainer}" if trainer else "")
+            + "; for --cmd, write the Python into the command itself"
+        )
+    return check_program(str(path), "--trainer-python")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

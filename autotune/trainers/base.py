@@ -144,6 +144,8 @@ class TrainerAdapter(ABC):
     report_notes: ClassVar[tuple[str, ...]] = ()
     #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
     config_suffix: ClassVar[str] = ".yaml"
+    #: The adapter takes a ``launcher`` option, the argv that runs Python (``--trainer-python PATH``).
+    takes_trainer_python: ClassVar[bool] = False
 
     def launch_folder(self) -> Path | None:
         """The folder this adapter's trials run in when it is fixed by how the adapter was made

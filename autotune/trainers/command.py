@@ -17,6 +17,7 @@ hook, and the formats trainers print (``readers.chain``: Hugging Face ``Trainer`
 
 from __future__ import annotations
 
+import os
 import shlex
 import string
 from collections.abc import Mapping
@@ -25,12 +26,13 @@ from typing import Any, ClassVar
 
 import yaml
 
+from autotune.config.shellscript import parse_launch_script, uses_shell_syntax
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec
+from autotune.execution.launch import LaunchSpec, env_prefix
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
@@ -116,10 +118,7 @@ class CommandAdapter(TrainerAdapter):
                 "trainer 'command' needs a command template: --cmd 'python train.py --config {config} "
                 "--batch-size {batch_size} --steps {steps}'"
             )
-        try:
-            self.argv = shlex.split(template)
-        except ValueError as exc:
-            raise UsageError(f"cannot split the command template {template!r}: {exc}") from None
+        self.argv, self.script_env, script_cwd = read_template(template)
         self.template = template
         known = [*KNOBS, *EXTRA_PLACEHOLDERS]
         unknown = sorted(set(placeholders(self.argv)) - set(known))
@@ -129,7 +128,8 @@ class CommandAdapter(TrainerAdapter):
                 f"known ones: {', '.join('{' + k + '}' for k in known)}"
             )
         cwd = options.get("cwd")
-        self.cwd = Path(cwd).resolve() if cwd else Path.cwd()
+        # The cwd option wins (a report rebuilds the adapter with the folder the trials ran in).
+        self.cwd = Path(cwd or script_cwd or ".").expanduser().resolve()
         keys = options.get("config_keys")
         if keys is not None:
             if not isinstance(keys, Mapping):
@@ -146,6 +146,12 @@ class CommandAdapter(TrainerAdapter):
         if config is None:
             return Baseline(trainer=self.name, text="", data={})
         text = read_config_text(Path(config))
+        if Path(config).suffix in (".sh", ".bash"):
+            raise ConfigError(
+                f"{config}: --config is the YAML config that {{config}} receives; a launcher script is "
+                f'the command itself: pass it as --cmd "$(cat {config})" (its exports, cd and $VARs '
+                "are read without a shell), with {batch_size}-style placeholders where knobs go"
+            )
         data = load_yaml(text, str(config))
         if data is None:
             data = {}
@@ -240,7 +246,7 @@ class CommandAdapter(TrainerAdapter):
             steps=steps,
             argv=argv,
         )
-        env = {"PYTHONUNBUFFERED": "1", "COLUMNS": "250", **metrics_env(trial_dir)}
+        env = {"PYTHONUNBUFFERED": "1", "COLUMNS": "250", **self.script_env, **metrics_env(trial_dir)}
         if self.hook:
             env.update(hook_env(trial_dir))
         return LaunchSpec(argv=tuple(argv), cwd=self.cwd, env=env)
@@ -298,7 +304,10 @@ class CommandAdapter(TrainerAdapter):
             values["trial_dir"] = Path(trial_dir).resolve()
         if complete:
             self._refuse_holes(values)
-        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self._fill(values))}"
+        env = env_prefix(self.script_env)
+        return (
+            f"cd {shlex.quote(str(self.cwd))} && {env + ' ' if env else ''}{shlex.join(self._fill(values))}"
+        )
 
     def _refuse_holes(self, values: Mapping[str, Any]) -> None:
         holes = [name for name in dict.fromkeys(placeholders(self.argv)) if name not in values]
@@ -314,3 +323,17 @@ class CommandAdapter(TrainerAdapter):
             f"{{{name}}} needs {why.get(name, 'a value the sweep did not record')}" for name in holes
         )
         raise UsageError(f"a placeholder of the command template would stay unfilled: {reasons}")
+
+
+def read_template(template: str) -> tuple[list[str], dict[str, str], str | None]:
+    """(argv, env, cwd) of a template. A plain command line is split with ``shlex`` and nothing
+    else (``x;y`` stays one argument); one written as a launcher (``export`` lines, ``cd DIR &&``,
+    ``NAME=value`` prefixes, ``$VAR``) is read by ``config.shellscript``: its exports become the
+    trials' environment and ``$VAR`` is expanded, never passed on literally."""
+    if uses_shell_syntax(template):
+        script = parse_launch_script(template, "--cmd", os.environ)
+        return script.argv, script.env, script.cwd
+    try:
+        return shlex.split(template), {}, None
+    except ValueError as exc:
+        raise UsageError(f"cannot split the command template {template!r}: {exc}") from None

@@ -21,7 +21,7 @@ from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec
+from autotune.execution.launch import LaunchSpec, check_program
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
@@ -136,6 +136,7 @@ class Ltx2Adapter(TrainerAdapter):
     #: The real trainer knows every section of the recipe, so missing ones are added.
     create_missing_sections: ClassVar[bool] = True
     label: ClassVar[str] = "the LTX-2 trainer"
+    takes_trainer_python: ClassVar[bool] = True
     plan_baselines: ClassVar[bool] = True
     loads_model_paths: ClassVar[bool] = True
     needs_tier_gate: ClassVar[bool] = True
@@ -156,7 +157,9 @@ class Ltx2Adapter(TrainerAdapter):
             raise UsageError(
                 f"launcher must be a non-empty list of strings, like ['/path/venv/bin/python']; got {launcher!r}"
             )
-        self.launcher: list[str] | None = list(launcher) if launcher is not None else None
+        self.launcher: list[str] | None = (
+            [check_program(launcher[0], "trainer python"), *launcher[1:]] if launcher is not None else None
+        )
         self.accelerate_config: str | None = options.get("accelerate_config")
         self.hook = bool(options.get("hook", False))
 
