@@ -54,7 +54,8 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--config",
         type=Path,
-        help="the baseline config to start from (for ltx2: a plan from 'autotune plan')",
+        help="the baseline config to start from (for ltx2: a plan from 'autotune plan'; for sana: your "
+        "launcher script, export lines and $VARs included, or a YAML)",
     )
     p.add_argument(
         "--trainer-dir",
@@ -159,7 +160,9 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "--cmd",
         metavar="TEMPLATE",
         help="sweep any trainer through a command template (trainer 'command'); placeholders: the knob "
-        "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}",
+        "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}. A launcher script works "
+        'too (--cmd "$(cat launch.sh)"): its export lines, cd DIR && and $VARs are read without a '
+        "shell, the exports become the trials' environment",
     )
     add_scaleout_flags(p)
     p.set_defaults(handler=cmd_sweep)

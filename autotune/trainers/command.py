@@ -6,6 +6,9 @@ template or a value stays a literal argument. Placeholders: the study's params
 (the knob names), ``{config}`` (the rendered YAML), ``{steps}``,
 ``{gradient_accumulation_steps}``, ``{trial_dir}``; ``{{``/``}}`` are literal braces.
 An unknown placeholder is a ``UsageError`` when the adapter is made, before anything runs.
+A template written as a launcher (``export`` lines, ``cd DIR &&``, ``NAME=value`` prefixes,
+``$VAR``) is read by ``autotune.config.shellscript`` instead, still without a shell: its
+exports become the trials' environment, ``cd DIR`` their folder (``read_template``).
 
 ``{config}``: the baseline config (``--config``) with the knobs written into the keys
 named by ``config_keys`` (by default LTX-2's keys when the file has an

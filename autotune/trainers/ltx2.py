@@ -127,7 +127,8 @@ def finish_metrics(
 class Ltx2Adapter(TrainerAdapter):
     """Options: ``trainer_dir`` (the LTX-2 checkout or ``packages/ltx-trainer``; found from the
     config's or the current folder when omitted), ``launcher`` (argv that runs Python, default
-    ``["uv", "run", "python"]``; e.g. ``["/path/venv/bin/python"]``), ``accelerate_config``
+    ``["uv", "run", "python"]``; e.g. ``["/path/venv/bin/python"]``, the CLI's ``--trainer-python``;
+    its program is checked when the adapter is made), ``accelerate_config``
     (``ddp``, ``fsdp``, a path, or ``none``; default ddp for LoRA, fsdp for full fine-tuning,
     used with several GPUs), ``hook`` (inject the trial-side memory/step hook; default off)."""
 

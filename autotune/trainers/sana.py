@@ -10,9 +10,11 @@ The baseline is the user's command, in either of two forms:
       args: [--pretrained_model_name_or_path=..., --train_batch_size=1, --mixed_precision=bf16]
       env: {HF_HOME: /data/hf}                # optional
 
-* a shell command line (``cd DIR && [VAR=value ...] python train.py --flag value ...``,
-  backslash continuations and comments allowed), which is also what ``final_config``
-  writes: the trainer's own format is its command.
+* a launcher script as READMEs write it (``export MODEL_NAME=...`` lines, ``$MODEL_NAME``,
+  ``cd DIR &&``, ``VAR=value`` prefixes, backslash continuations, comments), read without a
+  shell by ``autotune.config.shellscript``: its exports become the trial's environment, and
+  what needs a shell is refused naming the line. It is also what ``final_config`` writes:
+  the trainer's own format is its command.
 
 These trainers print no memory figures: peak VRAM and step times come from the
 trial-side hook; the step time may also come from tqdm's rate, the loss from its postfix.
