@@ -5,6 +5,7 @@ without uv."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -414,3 +415,20 @@ def test_check_program_keeps_a_venv_link(tmp_path: Path) -> None:
     assert check_program(str(link), "x") == str(link)
     with pytest.raises(UsageError, match="no such program on PATH"):
         check_program("surely-no-such-python-3.99", "--trainer-python")
+
+
+def test_the_plan_launches_with_the_trainer_python(tmp_path: Path) -> None:
+    from autotune.plan.baseline import make_plan, write_plan
+
+    python = _venv_python(tmp_path)
+    plan = make_plan(trainer="reference", vram_gb=48, output=tmp_path / "p.yaml", trainer_python=python)
+    assert plan.launch is not None
+    assert plan.launch.command == shlex.join(
+        [str(python), "-m", "trials.reference", str(tmp_path / "p.yaml"), "--disable-progress-bars"]
+    )
+    write_plan(plan)
+    assert plan.render_text().splitlines()[-1].endswith(f"--trainer-python {python}")
+    with pytest.raises(UsageError, match=r"--trainer-python .*: no such file"):
+        make_plan(
+            trainer="reference", vram_gb=48, output=tmp_path / "p.yaml", trainer_python=tmp_path / "nope"
+        )
