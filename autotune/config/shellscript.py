@@ -63,13 +63,8 @@ class _Word:
     parts: list[_Part] = field(default_factory=list)
     line: int = 0
 
-    def literal(self) -> str | None:
-        """The word's text when it has no expansion (keywords, operators), else None."""
-        if any(p.var for p in self.parts):
-            return None
-        return "".join(p.text for p in self.parts)
-
     def unquoted_literal(self) -> str | None:
+        """The word as written when it is plain text (a keyword like ``cd`` or ``export``), else None."""
         if any(p.var or p.quoted for p in self.parts):
             return None
         return "".join(p.text for p in self.parts)
