@@ -4,6 +4,7 @@ without uv."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -18,7 +19,7 @@ from autotune.config.shellscript import parse_launch_script, uses_shell_syntax
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, check_program
 from autotune.trainers import get_adapter
-from tests.conftest import FAKES
+from tests.conftest import FAKES, REPO
 
 FAKE_SANA = FAKES / "fake_sana_train.py"
 FAKE_LTX2 = FAKES / "ltx2-trainer"
@@ -432,3 +433,93 @@ def test_the_plan_launches_with_the_trainer_python(tmp_path: Path) -> None:
         make_plan(
             trainer="reference", vram_gb=48, output=tmp_path / "p.yaml", trainer_python=tmp_path / "nope"
         )
+
+
+# --- the real runs: the launcher form gives the argv the real script ran with ----------------------
+
+
+def _shared(name: str) -> Path:
+    """``../shared/fixtures/<name>`` beside the checkout or a folder above it."""
+    for parent in REPO.parents:
+        candidate = parent / "shared" / "fixtures" / name
+        if candidate.is_dir():
+            return candidate
+    return REPO.parent / "shared" / "fixtures" / name
+
+
+SANA_REAL = _shared("sana-diffusers-real")
+
+#: bs1_ok's and accelerate-launch's baseline.yaml, written as a user writes a launcher.
+REAL_LAUNCHER = """\
+#!/bin/bash
+set -e
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export MODEL_NAME="TINY/tiny-sana"
+export INSTANCE_DIR="TINY/dog"
+LAUNCH="{launch}"
+
+cd DIFFUSERS/examples/dreambooth &&
+$LAUNCH train_dreambooth_lora_sana.py \\
+  --pretrained_model_name_or_path=$MODEL_NAME \\
+  --instance_data_dir=${{INSTANCE_DIR}} \\
+  --instance_prompt="a photo of sks dog" \\
+  --resolution=32 \\
+  --train_batch_size=1 \\
+  --max_sequence_length=16 \\
+  --mixed_precision="bf16" \\
+  --report_to="tensorboard" \\
+  --seed="0" \\
+  --lr_warmup_steps=0 \\
+  --validation_prompt="a photo of sks dog in a bucket" \\
+  --push_to_hub
+"""
+
+
+@pytest.mark.parametrize(
+    ("run", "launch"),
+    [("bs1_ok", "VENV/bin/python"), ("accelerate-launch", "VENV/bin/accelerate launch --num_processes 1")],
+)
+def test_a_launcher_renders_the_argv_of_the_real_run(tmp_path: Path, run: str, launch: str) -> None:
+    folder = SANA_REAL / run
+    if not folder.is_dir():
+        pytest.skip(f"real Sana runs not found at {folder}")
+    real = json.loads((folder / "argv.json").read_text())
+    steps = int(real[real.index("--max_train_steps") + 1])
+    adapter = get_adapter("sana")
+    script = tmp_path / "launch.sh"
+    script.write_text(REAL_LAUNCHER.format(launch=launch))
+    from_yaml = adapter.load_baseline(folder / "baseline.yaml")
+    from_script = adapter.load_baseline(script)
+    assert from_script.data["env"] == {
+        **from_yaml.data["env"],
+        "MODEL_NAME": "TINY/tiny-sana",
+        "INSTANCE_DIR": "TINY/dog",
+    }  # LAUNCH is not exported
+    where = Path("DIFFUSERS/examples/dreambooth")
+    assert Path(from_yaml.data["cwd"]) == folder.resolve() / where
+    assert Path(from_script.data["cwd"]) == tmp_path.resolve() / where
+    for baseline in (from_yaml, from_script):
+        trial = tmp_path / "trial"
+        spec = adapter.render(baseline, {}, gradient_accumulation_steps=1, steps=steps, trial_dir=trial)
+        argv = [a.replace(str(trial.resolve()), "TRIAL_DIR") for a in spec.argv]
+        assert argv == real
+
+
+def test_a_launcher_template_runs_with_its_exports(tmp_path: Path) -> None:
+    template = (
+        'export MSG="hello there"\n'
+        f"cd {tmp_path} &&\n"
+        f"{sys.executable} -c 'import os, sys; print(os.getcwd(), os.environ[\"MSG\"], sys.argv[1:])' \\\n"
+        "  $MSG {batch_size}\n"
+    )
+    adapter = get_adapter("command", template=template)
+    spec = adapter.render(
+        adapter.load_baseline(None),
+        {"batch_size": 4},
+        gradient_accumulation_steps=1,
+        steps=3,
+        trial_dir=tmp_path / "t",
+    )
+    done = _run(spec)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{tmp_path.resolve()} hello there ['hello', 'there', '4']\n"
