@@ -447,6 +447,9 @@ BLOCK_STYLE_RENDERS = {
 }
 
 
+NO_RESUME_LINE = "  no_resume: true\n"
+
+
 def test_real_block_style_configs_render_byte_identical_to_before(
     ltx2_fixtures: Path, tmp_path: Path
 ) -> None:
@@ -462,9 +465,37 @@ def test_real_block_style_configs_render_byte_identical_to_before(
             trial_dir = tmp_path / config.stem / f"t{i}"
             adapter.render(baseline, params, gradient_accumulation_steps=accum, steps=60, trial_dir=trial_dir)
             rendered = (trial_dir / "config.yaml").read_text()
+            # The recipe gained checkpoints.no_resume (issue 16) after the hashes were recorded:
+            # the one line it adds is taken out, everything else must be as before.
+            assert rendered.count(NO_RESUME_LINE) == 1, name
+            rendered = rendered.replace(NO_RESUME_LINE, "")
             digest.update(rendered.replace(str(trial_dir.resolve()), "<TRIAL>").encode())
             digest.update(adapter.final_config(baseline, params, gradient_accumulation_steps=accum).encode())
         assert digest.hexdigest()[:16] == render_sha, name
         checked += 1
     if not checked:
         pytest.skip("the LTX-2 fixture configs differ from the recorded ones")
+
+
+def test_the_recipe_never_resumes(tmp_path: Path) -> None:
+    """``checkpoints.no_resume`` is what makes the real trainer start at step 0 while still loading
+    ``model.load_checkpoint``'s weights (trainer.py:527-533)."""
+    assert ("checkpoints.no_resume", True) in short_run_recipe(50, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("steps", "hook", "refused"), [(59, False, True), (60, False, False), (20, True, False)]
+)
+def test_steps_too_short_for_step_lines_are_refused_saying_how_many(
+    steps: int, hook: bool, refused: bool
+) -> None:
+    adapter = _adapter(hook=hook)
+    if not refused:
+        adapter.check_steps(steps)
+        return
+    with pytest.raises(UsageError, match=r"every 20 optimizer steps.*--steps 60 or more.*hook"):
+        adapter.check_steps(steps)
+
+
+def test_the_reference_trainer_times_every_step_so_any_steps_do() -> None:
+    get_adapter("reference").check_steps(12)  # its metrics file has every step

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.core.metrics import TrialMetrics
+from autotune.core.timing import WARMUP_STEPS
 from autotune.core.space import from_study_value, to_study_value
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
@@ -36,7 +37,7 @@ from autotune.trainers.common import (
 )
 from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.readers.ltx2log import parse_ltx2_output
+from autotune.trainers.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 
 #: Study param -> the config key it sets.
@@ -63,9 +64,17 @@ _MAX_LOG_BYTES = 32 * 1024 * 1024
 
 
 def short_run_recipe(steps: int, trial_dir: Path) -> list[tuple[str, Any]]:
-    """The keys a short trial overrides: no validation, samples, checkpoints, W&B or hub; own output dir."""
+    """The keys a short trial overrides: no validation, samples, checkpoints, W&B or hub; own output dir.
+
+    ``checkpoints.no_resume``: a baseline whose ``model.load_checkpoint`` names a checkpoint with a
+    ``training_state_step_N.pt`` beside it would otherwise resume at step N and train ``steps - N``
+    steps, or die with "No remaining training steps" (trainer.py:181-186, 527-566). With it the
+    trainer still loads those weights (trainer.py:484-504) but starts from step 0 with a fresh
+    optimizer and scheduler.
+    """
     return [
         (STEPS_KEY, steps),
+        ("checkpoints.no_resume", True),
         ("validation.interval", None),
         ("validation.skip_initial_validation", True),
         ("validation.samples", []),
@@ -159,6 +168,21 @@ class Ltx2Adapter(TrainerAdapter):
         self.launcher: list[str] | None = list(launcher) if launcher is not None else None
         self.accelerate_config: str | None = options.get("accelerate_config")
         self.hook = bool(options.get("hook", False))
+
+    #: Without the hook a trial's speed comes from the trainer's ``Step`` lines (every 20 steps).
+    times_from_step_lines: ClassVar[bool] = True
+
+    def check_steps(self, steps: int) -> None:
+        """Refuse a ``--steps`` too short for a steady step time when only ``Step`` lines time it."""
+        if self.hook or not self.times_from_step_lines or steps >= MIN_STEPS_FOR_STEP_LINES:
+            return
+        raise UsageError(
+            f"--steps {steps} is too short to time {self.label} without the hook: it prints a Step line "
+            f"only every {STEP_LINE_EVERY} optimizer steps, each timing one micro-step, and the lines "
+            f"up to step {WARMUP_STEPS} are warm-up; a steady step time with a spread needs two lines "
+            f"past it, so --steps {MIN_STEPS_FOR_STEP_LINES} or more (or turn the hook on, which "
+            "times every optimizer step)"
+        )
 
     # --- baseline ------------------------------------------------------------------------------
 
