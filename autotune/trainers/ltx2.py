@@ -18,8 +18,8 @@ from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.core.metrics import TrialMetrics
-from autotune.core.timing import WARMUP_STEPS
 from autotune.core.space import from_study_value, to_study_value
+from autotune.core.timing import WARMUP_STEPS
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
