@@ -138,11 +138,18 @@ def resume_step(config, checkpoint, width):
         saved = state["fingerprint"]
         step = int(state["global_step"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        emit(f"⚠️ Failed to load training state from {state_path}: {exc}. Starting from step 0.", 587, width, WARNING)
+        emit(
+            f"⚠️ Failed to load training state from {state_path}: {exc}. Starting from step 0.",
+            587,
+            width,
+            WARNING,
+        )
         return 0
     emit(f"📥 Loaded training state from {state_path}", 582, width)
     now = fingerprint(config)
-    changed = [f"{k}: {saved.get(k)} → {now[k]}" for k in now if saved.get(k) != now[k] and now[k] is not None]
+    changed = [
+        f"{k}: {saved.get(k)} → {now[k]}" for k in now if saved.get(k) != now[k] and now[k] is not None
+    ]
     if changed:
         emit(
             f"⚠️ Training state config mismatch ({', '.join(changed)}). Starting from step 0. "
@@ -218,7 +225,11 @@ def main():
         return 2
     config = yaml.safe_load(Path(args[0]).read_text())
     opt = section(config, "optimization")
-    steps, batch, accum = opt.get("steps", 3000), opt.get("batch_size", 2), opt.get("gradient_accumulation_steps", 1)
+    steps, batch, accum = (
+        opt.get("steps", 3000),
+        opt.get("batch_size", 2),
+        opt.get("gradient_accumulation_steps", 1),
+    )
     validation, checkpoints = section(config, "validation"), section(config, "checkpoints")
     honoured = os.environ.get("COLUMNS") and os.environ.get("FAKE_LTX2_WRAP") != "1"
     width = int(os.environ["COLUMNS"]) if honoured else 80
@@ -289,7 +300,10 @@ def main():
             if optimizer_step and global_step > 0:
                 lines += 1
                 if stop_after and lines >= stop_after:
-                    print("Traceback (most recent call last):\nRuntimeError: stopped on request", file=sys.stderr)
+                    print(
+                        "Traceback (most recent call last):\nRuntimeError: stopped on request",
+                        file=sys.stderr,
+                    )
                     return 1
         if micro % MEMORY_CHECK_INTERVAL == 0:
             card.sample()
