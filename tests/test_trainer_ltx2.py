@@ -220,9 +220,12 @@ def test_trainer_dir_is_found_from_the_config_inside_a_checkout(
 def test_batch_larger_than_the_dataset_is_refused_with_the_reason(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "latents").mkdir(parents=True)
+    (data / "conditions").mkdir(parents=True)  # the trainer reads both (text_to_video, its default)
     for i in range(3):
         (data / "latents" / f"latent_{i:04d}.pt").write_bytes(b"x")
+        (data / "conditions" / f"condition_{i:04d}.pt").write_bytes(b"x")
     (data / "latents" / ".DS_Store").write_bytes(b"x")
+    (data / "latents" / "latent_0009.pt").write_bytes(b"x")  # no condition: not a sample
     adapter = _adapter()
     baseline = adapter.baseline_from_text(f"data:\n  preprocessed_data_root: {data}\n")
     assert adapter.max_batch_size(baseline) == 3

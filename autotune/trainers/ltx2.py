@@ -36,6 +36,7 @@ from autotune.trainers.common import (
     write_trial_record,
 )
 from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
+from autotune.trainers.ltx2_data import data_sources
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
@@ -255,7 +256,8 @@ class Ltx2Adapter(TrainerAdapter):
         if limit is not None and batch > limit[0]:
             raise CandidateRefused(
                 f"batch_size {batch} needs at least {batch * max(1, baseline.num_gpus)} preprocessed samples "
-                f"({batch} per GPU x {max(1, baseline.num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]}: "
+                f"({batch} per GPU x {max(1, baseline.num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]} "
+                f"(.pt files found in each of {', '.join(d + '/' for d in data_sources(baseline.data))}): "
                 "the LTX-2 trainer would die with StopIteration. Preprocess more samples or cap "
                 "--max-batch-size."
             )
@@ -343,10 +345,9 @@ class Ltx2Adapter(TrainerAdapter):
         return limit[0] if limit else None
 
     def _sample_limit(self, baseline: Baseline, cwd: Path) -> tuple[int, Path, int] | None:
-        """(largest per-GPU batch, latents folder, sample count) when the preprocessed data is here."""
+        """(largest per-GPU batch, data root, sample count) when the preprocessed data is here."""
         root = get_dotted(baseline.data, "data.preprocessed_data_root", None)
-        latents_name = get_dotted(baseline.data, "training_strategy.video.latents_dir", "latents")
-        return sample_limit(root, latents_name, cwd, baseline.num_gpus)
+        return sample_limit(root, data_sources(baseline.data), cwd, baseline.num_gpus)
 
     # --- reading -------------------------------------------------------------------------------
 
