@@ -31,8 +31,9 @@ def data_sources(config: Mapping[str, Any]) -> list[str]:
     name = strategy.get("name", "text_to_video")
     if name == "flexible":
         dirs = ["conditions"]
-        modalities = [strategy.get(m) for m in ("video", "audio")]
-        modalities = [m for m in modalities if isinstance(m, Mapping)]
+        modalities: list[Mapping[str, Any]] = [
+            m for m in (strategy.get("video"), strategy.get("audio")) if isinstance(m, Mapping)
+        ]
         dirs += [str(m["latents_dir"]) for m in modalities if m.get("latents_dir")]
         for modality in modalities:
             for cond in modality.get("conditions") or []:
