@@ -188,3 +188,25 @@ def test_steps_too_short_for_step_lines_are_refused_saying_how_many(
 
 def test_the_reference_trainer_times_every_step_so_any_steps_do() -> None:
     get_adapter("reference").check_steps(12)  # its metrics file has every step
+
+
+def test_a_sweep_too_short_for_step_lines_stops_before_any_trial(tmp_path: Path) -> None:
+    """``autotune sweep`` asks the adapter (``check_steps``) before the first trial."""
+    import io
+
+    from autotune.sweep.api import run_sweep
+    from autotune.sweep.options import SweepOptions
+    from tests.fake_nvml import H100, FakeNvml
+
+    config = tmp_path / "c.yaml"
+    config.write_text("optimization:\n  steps: 2000\n  batch_size: 1\n")
+    opts = SweepOptions(
+        trainer="ltx2",
+        config=config,
+        workdir=tmp_path / "runs",
+        steps=50,
+        trainer_options={"trainer_dir": str(FAKE), "hook": False},
+    )
+    with pytest.raises(UsageError, match=r"--steps 50 is too short.*--steps 60 or more"):
+        run_sweep(opts, stream=io.StringIO(), tty=False, nvml=FakeNvml([H100]), claims=False)
+    assert not list((tmp_path / "runs").rglob("trial-*"))
