@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from autotune.config.schema import ANY, BY, DEFAULT, check_keys, find_unknown_keys, load_schema
+from autotune.config.schema import ANY, BY, DEFAULT, find_unknown_keys, load_schema
 from autotune.core.space import to_study_value
 from autotune.trainers import get_adapter
 from autotune.trainers.ltx2 import OPTIMIZERS, QUANTIZATIONS, Ltx2Adapter
@@ -312,12 +312,19 @@ def _pick(node: dict[str, Any], defs: dict[str, Any], data: Any) -> dict[str, An
         "  stg_scale: 1.0\n  stg_mode: stg_v\n",
     ],
 )
-def test_validation_keys_the_trainer_converts_are_accepted(ltx2_fixtures: Path, extra: str) -> None:
+def test_autotune_plan_takes_the_validation_keys_the_trainer_converts(
+    ltx2_fixtures: Path, tmp_path: Path, extra: str
+) -> None:
+    from autotune.plan.baseline import make_plan
+
     text = (
         (ltx2_fixtures / "t2v_lora.yaml").read_text().replace("\nvalidation:\n", "\nvalidation:\n" + extra, 1)
     )
     assert extra in text
-    check_keys(text, "t2v.yaml")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(text)
+    plan = make_plan(trainer_dir=_checkout(tmp_path, ltx2_fixtures), vram_gb=80, config=str(mine))
+    assert plan.text is not None and extra in plan.text
 
 
 @pytest.mark.parametrize(
@@ -352,14 +359,23 @@ def test_a_legacy_strategy_takes_its_own_keys_and_not_the_flexible_ones() -> Non
     ]
 
 
+def _checkout(tmp_path: Path, ltx2_fixtures: Path) -> Path:
+    """A stand-in LTX-2 checkout whose shipped configs are the real ones, linked (never copied)."""
+    pkg = tmp_path / "LTX-2" / "packages" / "ltx-trainer"
+    (pkg / "configs").mkdir(parents=True, exist_ok=True)
+    (pkg / "scripts").mkdir(exist_ok=True)
+    (pkg / "scripts" / "train.py").write_text("# stand-in\n")
+    for name in SHIPPED:
+        if not (pkg / "configs" / name).exists():
+            (pkg / "configs" / name).symlink_to(ltx2_fixtures / name)
+    return tmp_path / "LTX-2"
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_plan_takes_every_shipped_config(name: str, ltx2_fixtures: Path, tmp_path: Path) -> None:
     from autotune.plan.baseline import make_plan
 
-    pkg = tmp_path / "LTX-2" / "packages" / "ltx-trainer"
-    (pkg / "configs").mkdir(parents=True)
-    (pkg / "scripts").mkdir()
-    (pkg / "scripts" / "train.py").write_text("# stand-in\n")
-    (pkg / "configs" / name).symlink_to(ltx2_fixtures / name)
-    plan = make_plan(trainer_dir=tmp_path / "LTX-2", vram_gb=80, config=name, output=tmp_path / "p.yaml")
+    plan = make_plan(
+        trainer_dir=_checkout(tmp_path, ltx2_fixtures), vram_gb=80, config=name, output=tmp_path / "p.yaml"
+    )
     assert plan.text is not None and plan.config_name == name
