@@ -181,8 +181,8 @@ class Ltx2Adapter(TrainerAdapter):
             f"--steps {steps} is too short to time {self.label} without the hook: it prints a Step line "
             f"only every {STEP_LINE_EVERY} optimizer steps, each timing one micro-step, and the lines "
             f"up to step {WARMUP_STEPS} are warm-up; a steady step time with a spread needs two lines "
-            f"past it, so --steps {MIN_STEPS_FOR_STEP_LINES} or more (or turn the hook on, which "
-            "times every optimizer step)"
+            f"past it, so pass --steps {MIN_STEPS_FOR_STEP_LINES} or more (or run the trials with the "
+            "trial-side hook, which times every optimizer step)"
         )
 
     # --- baseline ------------------------------------------------------------------------------
