@@ -148,6 +148,7 @@ def plan_sweep(
     strategy = strategy_factory(space, base_cand, card.vram_gb, opts.headroom)
 
     steps = opts.steps or DEFAULT_STEPS
+    adapter.check_steps(steps)
     settings = {
         "trainer": opts.trainer,
         "config_path": str(baseline.path) if baseline.path else None,

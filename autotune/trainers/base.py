@@ -104,6 +104,12 @@ class TrainerAdapter(ABC):
         YAML-driven ones only the path.
         """
 
+    def check_steps(self, steps: int) -> None:
+        """Raise ``UsageError`` when trials of ``steps`` optimizer steps are too short for this
+        trainer's numbers to give a steady step time (the message says how many are needed).
+        By default any number will do."""
+        return None
+
     def max_batch_size(self, baseline: Baseline) -> int | None:
         """The largest per-GPU batch the trainer can run with this baseline (None: no known limit)."""
         return None

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
+from autotune.core.timing import WARMUP_STEPS
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, check_program
@@ -35,8 +36,9 @@ from autotune.trainers.common import (
     write_trial_record,
 )
 from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
+from autotune.trainers.ltx2_data import data_sources
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.readers.ltx2log import parse_ltx2_output
+from autotune.trainers.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 
 #: Study param -> the config key it sets.
@@ -63,9 +65,17 @@ _MAX_LOG_BYTES = 32 * 1024 * 1024
 
 
 def short_run_recipe(steps: int, trial_dir: Path) -> list[tuple[str, Any]]:
-    """The keys a short trial overrides: no validation, samples, checkpoints, W&B or hub; own output dir."""
+    """The keys a short trial overrides: no validation, samples, checkpoints, W&B or hub; own output dir.
+
+    ``checkpoints.no_resume``: a baseline whose ``model.load_checkpoint`` names a checkpoint with a
+    ``training_state_step_N.pt`` beside it would otherwise resume at step N and train ``steps - N``
+    steps, or die with "No remaining training steps" (trainer.py:181-186, 527-566). With it the
+    trainer still loads those weights (trainer.py:484-504) but starts from step 0 with a fresh
+    optimizer and scheduler.
+    """
     return [
         (STEPS_KEY, steps),
+        ("checkpoints.no_resume", True),
         ("validation.interval", None),
         ("validation.skip_initial_validation", True),
         ("validation.samples", []),
@@ -164,6 +174,21 @@ class Ltx2Adapter(TrainerAdapter):
         self.accelerate_config: str | None = options.get("accelerate_config")
         self.hook = bool(options.get("hook", False))
 
+    #: Without the hook a trial's speed comes from the trainer's ``Step`` lines (every 20 steps).
+    times_from_step_lines: ClassVar[bool] = True
+
+    def check_steps(self, steps: int) -> None:
+        """Refuse a ``--steps`` too short for a steady step time when only ``Step`` lines time it."""
+        if self.hook or not self.times_from_step_lines or steps >= MIN_STEPS_FOR_STEP_LINES:
+            return
+        raise UsageError(
+            f"--steps {steps} is too short to time {self.label} without the hook: it prints a Step line "
+            f"only every {STEP_LINE_EVERY} optimizer steps, each timing one micro-step, and the lines "
+            f"up to step {WARMUP_STEPS} are warm-up; a steady step time with a spread needs two lines "
+            f"past it, so pass --steps {MIN_STEPS_FOR_STEP_LINES} or more (or run the trials with the "
+            "trial-side hook, which times every optimizer step)"
+        )
+
     # --- baseline ------------------------------------------------------------------------------
 
     def load_baseline(self, config: Path | None) -> Baseline:
@@ -235,7 +260,8 @@ class Ltx2Adapter(TrainerAdapter):
         if limit is not None and batch > limit[0]:
             raise CandidateRefused(
                 f"batch_size {batch} needs at least {batch * max(1, baseline.num_gpus)} preprocessed samples "
-                f"({batch} per GPU x {max(1, baseline.num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]}: "
+                f"({batch} per GPU x {max(1, baseline.num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]} "
+                f"(.pt files found in each of {', '.join(d + '/' for d in data_sources(baseline.data))}): "
                 "the LTX-2 trainer would die with StopIteration. Preprocess more samples or cap "
                 "--max-batch-size."
             )
@@ -323,10 +349,9 @@ class Ltx2Adapter(TrainerAdapter):
         return limit[0] if limit else None
 
     def _sample_limit(self, baseline: Baseline, cwd: Path) -> tuple[int, Path, int] | None:
-        """(largest per-GPU batch, latents folder, sample count) when the preprocessed data is here."""
+        """(largest per-GPU batch, data root, sample count) when the preprocessed data is here."""
         root = get_dotted(baseline.data, "data.preprocessed_data_root", None)
-        latents_name = get_dotted(baseline.data, "training_strategy.video.latents_dir", "latents")
-        return sample_limit(root, latents_name, cwd, baseline.num_gpus)
+        return sample_limit(root, data_sources(baseline.data), cwd, baseline.num_gpus)
 
     # --- reading -------------------------------------------------------------------------------
 
