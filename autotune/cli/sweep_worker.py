@@ -149,8 +149,21 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cmd",
         metavar="TEMPLATE",
-        help="sweep any trainer through a command template (trainer 'command'); placeholders: the knob "
-        "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}",
+        help="sweep any trainer through a command template (trainer 'command'); placeholders: the knobs "
+        "{quantization}, {optimizer}, {batch_size}, {gradient_checkpointing} and those of --knob, and "
+        "{config}, {steps}, {gradient_accumulation_steps}, {trial_dir}. Only the knobs the command "
+        "receives are swept: a placeholder it names, or a key its {config} file holds",
+    )
+    p.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUES",
+        help="declare a knob of your --cmd trainer (repeatable): NAME=v1,v2,... lists its values from "
+        "memory-saving to memory-hungry (yes/no/true/false are booleans, whole numbers ints); "
+        "NAME=int:LO..HI is every integer from LO to HI, a larger one needing more memory (int:HI..LO when "
+        "a larger one needs less, like blocks swapped to the CPU). Use it as {NAME} in --cmd, or as key "
+        "NAME (dotted for nested) in --config, which also gives the baseline's value (else the first)",
     )
     add_scaleout_flags(p)
     p.set_defaults(handler=cmd_sweep)
@@ -187,6 +200,7 @@ def sweep_options(args: argparse.Namespace) -> Any:
         "confirm": args.confirm,
         "force": args.force,
         "cmd": args.cmd,
+        "knobs": list(args.knob or []),
         "trainer_options": options,
     }
     if args.workdir is not None:
