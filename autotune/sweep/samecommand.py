@@ -4,9 +4,10 @@ Why: a knob the trainer never receives makes two candidates one command (the iss
 ``--cmd`` sweep ran 5 of 12 trials twice, and one of the twins lost a near-tie on knob
 values the script never saw). The space is narrowed to the knobs in play, so this should
 not happen; this guard makes sure of it for every adapter. The digest covers what the trial
-would run: the argv, the working folder, the environment the adapter sets and every file
-``render`` wrote in the trial folder (the config), with the trial's own folder replaced by a
-placeholder, since that is the one thing every trial differs in.
+would run: the argv, the working folder, the environment the adapter sets and the bytes of
+every file ``render`` wrote in the trial folder that the argv or the environment names (the
+config), with the trial's own folder replaced by a placeholder, since that is the one thing
+every trial differs in.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ def launch_digest(spec: LaunchSpec, trial_dir: Path) -> str:
     }
     h.update(json.dumps(head, sort_keys=True).encode("utf-8"))
     root = Path(trial_dir)
+    named = "\n".join([*spec.argv, *spec.env.values()])
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if str(path) not in named and str(path.resolve()) not in named:
+            continue  # a file the command does not name (autotune's own trial record) is not its input
         data = path.read_bytes()
         for folder in folders:
             data = data.replace(folder.encode("utf-8"), _HOLE.encode("utf-8"))
