@@ -120,7 +120,10 @@ class _EveryKnob(CommandAdapter):
         return list(names)
 
 
-def test_two_candidates_with_one_command_run_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("claims", [False, True])
+def test_two_candidates_with_one_command_run_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, claims: bool
+) -> None:
     monkeypatch.setitem(registry.ADAPTERS, "command", _EveryKnob)
     for key, value in _env(tmp_path).items():
         monkeypatch.setenv(key, value)
@@ -128,7 +131,7 @@ def test_two_candidates_with_one_command_run_it_once(tmp_path: Path, monkeypatch
         trainer="command", cmd=BATCH_ONLY, workdir=tmp_path / "runs", study="knobs", vram_gb=4, steps=4,
         max_batch_size=2, max_trials=8,
     )  # fmt: skip
-    run_sweep(opts, nvml=False, stream=io.StringIO(), tty=False, claims=False)
+    run_sweep(opts, nvml=False, stream=io.StringIO(), tty=False, claims=claims)
     trials = _study(tmp_path).get_trials()
     assert len(trials) > 3 and all(len(t.params) == 4 for t in trials)  # four knobs, one of them named
     launches = _launches(tmp_path)
