@@ -61,6 +61,10 @@ def _study(tmp: Path) -> optuna.Study:
 def test_a_template_naming_only_the_batch_sweeps_only_the_batch(tmp_path: Path) -> None:
     done = _sweep(tmp_path, BATCH_ONLY)
     assert done.returncode == 0, done.stderr
+    assert (
+        "knobs swept: batch_size; not swept, as the command never receives them: quantization, optimizer, "
+        "gradient_checkpointing" in done.stderr + done.stdout
+    )
     study = _study(tmp_path)
     trials = study.get_trials()
     assert [k["name"] for k in study.user_attrs["settings"]["knobs"]] == ["batch_size"]

@@ -82,6 +82,8 @@ class SweepPlan:
     storage_url: str
     study_name: str
     workdir: Path
+    #: Knobs of the trainer's knob file the command never receives (``knobs_in_play``): not swept.
+    knobs_left_out: tuple[str, ...] = ()
 
     @property
     def study_dir(self) -> Path:
@@ -204,6 +206,7 @@ def plan_sweep(
         storage_url=storage_url,
         study_name=study_name,
         workdir=workdir,
+        knobs_left_out=tuple(n for n in full.names if n not in space.names),
     )
 
 
