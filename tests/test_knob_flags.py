@@ -336,3 +336,18 @@ def test_only_a_finished_run_with_a_result_is_reused(state: str, outcome: str | 
         out = reused_attrs(twin)
         assert out["same_command_as"] == 0 and out["outcome"] == outcome and out["wall_s"] == 0.0
         assert not {"pid", "role", "trial_dir"} & set(out)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "fidelity"),
+    [
+        (None, {"quantization": "none", "optimizer": "adamw"}),
+        (["quantization", "batch_size"], {"quantization": "none"}),
+        (["batch_size"], {}),  # a --cmd template naming only the batch: no tie is broken on anything else
+        ([], {}),  # no knob at all (it once meant "every knob")
+    ],
+)
+def test_near_ties_are_judged_only_on_the_knobs_the_sweep_had(knobs: list[str] | None, fidelity: Any) -> None:
+    from autotune.config.knobs import trainer_fidelity
+
+    assert trainer_fidelity("command", knobs) == fidelity

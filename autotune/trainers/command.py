@@ -248,7 +248,7 @@ class CommandAdapter(TrainerAdapter):
                 value: Any = steps
             else:
                 value = values[param]
-                if param in ("quantization", *self.declared):
+                if param == "quantization":  # a declared knob's value is written as listed
                     value = from_study_value(value)
             if not cfg.has(key) or not same_value(cfg.get(key), value):
                 cfg.set(key, value)
