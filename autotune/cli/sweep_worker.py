@@ -149,17 +149,17 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cmd",
         metavar="TEMPLATE",
-        help="sweep any trainer through a command template (trainer 'command'); placeholders: the knobs "
-        "{quantization}, {optimizer}, {batch_size}, {gradient_checkpointing} and those of --knob, and "
-        "{config}, {steps}, {gradient_accumulation_steps}, {trial_dir}. Only the knobs the command "
-        "receives are swept: a placeholder it names, or a key its {config} file holds",
+        help="sweep any trainer through a command template (trainer 'command'); placeholders: the knob "
+        "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}",
     )
     p.add_argument(
         "--knob",
         action="append",
         default=[],
         metavar="NAME=VALUES",
-        help="declare a knob of your --cmd trainer (repeatable): NAME=v1,v2,... lists its values from "
+        help="only the knobs a --cmd template receives are swept: {quantization}, {optimizer}, "
+        "{batch_size}, {gradient_checkpointing} where it names them (or its {config} file holds their "
+        "keys); --knob declares one of your trainer's own (repeatable): NAME=v1,v2,... lists its values from "
         "memory-saving to memory-hungry (yes/no/true/false are booleans, whole numbers ints); "
         "NAME=int:LO..HI is every integer from LO to HI, a larger one needing more memory (int:HI..LO when "
         "a larger one needs less, like blocks swapped to the CPU). Use it as {NAME} in --cmd, or as key "

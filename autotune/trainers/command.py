@@ -5,10 +5,7 @@ filled in per argv element: nothing goes through a shell, so ``x; rm -rf ~`` in 
 template or a value stays a literal argument. Placeholders: the study's params
 (the knob names), ``{config}`` (the rendered YAML), ``{steps}``,
 ``{gradient_accumulation_steps}``, ``{trial_dir}``; ``{{``/``}}`` are literal braces.
-An unknown placeholder is a ``UsageError`` when the adapter is made, before anything runs
-(it says how to declare a knob of your own: ``--knob NAME=...``, passed here as ``knobs``).
-Only the knobs the command receives are swept (``knobs_in_play``): a ``{placeholder}``, or a
-key the ``{config}`` file holds.
+An unknown placeholder is a ``UsageError`` when the adapter is made, before anything runs.
 
 ``{config}``: the baseline config (``--config``) with the knobs written into the keys
 named by ``config_keys`` (by default LTX-2's keys when the file has an
@@ -16,6 +13,11 @@ named by ``config_keys`` (by default LTX-2's keys when the file has an
 Metrics: ``AUTOTUNE_METRICS_FILE`` first, then the LTX-2 statistics block and Step lines, the
 hook, and the formats trainers print (``readers.chain``: Hugging Face ``Trainer`` log dicts,
 ``iter N: loss X, time Yms`` lines, the training tqdm bar, Lightning's bar).
+
+Knobs: only those the command receives are swept (``knobs_in_play``): a ``{placeholder}`` of
+the template, or a key the ``{config}`` file holds. Knobs declared with ``--knob NAME=...``
+(the ``knobs`` option) are placeholders too, and config keys where the baseline config has
+them; an unknown placeholder's error says how to declare one.
 """
 
 from __future__ import annotations
