@@ -164,6 +164,19 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         'too (--cmd "$(cat launch.sh)"): its export lines, cd DIR && and $VARs are read without a '
         "shell, the exports become the trials' environment",
     )
+    p.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUES",
+        help="only the knobs a --cmd template receives are swept: {quantization}, {optimizer}, "
+        "{batch_size}, {gradient_checkpointing} where it names them (or its {config} file holds their "
+        "keys); --knob declares one of your trainer's own (repeatable): NAME=v1,v2,... lists its values from "
+        "memory-saving to memory-hungry (yes/no/true/false are booleans, whole numbers ints); "
+        "NAME=int:LO..HI is every integer from LO to HI, a larger one needing more memory (int:HI..LO when "
+        "a larger one needs less, like blocks swapped to the CPU). Use it as {NAME} in --cmd, or as key "
+        "NAME (dotted for nested) in --config, which also gives the baseline's value (else the first)",
+    )
     add_scaleout_flags(p)
     p.set_defaults(handler=cmd_sweep)
 
@@ -201,6 +214,7 @@ def sweep_options(args: argparse.Namespace) -> Any:
         "confirm": args.confirm,
         "force": args.force,
         "cmd": args.cmd,
+        "knobs": list(args.knob or []),
         "trainer_options": options,
     }
     if args.workdir is not None:

@@ -30,6 +30,8 @@ KEYS: dict[str, str] = {
     "trial_dir": "its folder",
     "log_path": "its stdout log",
     "command": "the shell command that launched it",
+    "launch_digest": "sha256 of its rendered launch (argv, files, env), its own folder left out",
+    "same_command_as": "the earlier trial whose identical command it reused instead of running",
     "orchestrator_pid": "pid of the sweep running it",
     "orchestrator_host": "host of that sweep",
     "orchestrator_start": "start time of that sweep's process",

@@ -30,6 +30,7 @@ from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
 from autotune.report.winning import adapter_for, add_command
+from autotune.trainers import TrainerAdapter, adapter_class
 
 
 def _resolve(path: str | None, root: Path | None) -> Path | None:
@@ -91,6 +92,8 @@ def build_report(
     base: dict[str, Any] = dict(sattrs.get("baseline_params") or {})
     trainer = str(settings.get("trainer") or "unknown")
     card = dict(settings.get("card") or {})
+    if not _tiered(trainer):  # the VRAM tiers are the LTX-2 trainer's; a tier means nothing to others
+        card.pop("tier", None)
     headroom = settings.get("headroom")
     headroom = float(headroom) if isinstance(headroom, (int, float)) else None
     knobs = knob_names(settings, base)
@@ -216,7 +219,7 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any) -> Non
     )
     w.append(
         "The trials were short runs: validation sampling and checkpoint saving were not exercised, and "
-        "a longer clip in the data can peak higher later." + keep
+        f"{_longer_input(report.trainer)} can peak higher later." + keep
     )
     if beaten is not None:
         w.append(
@@ -275,3 +278,19 @@ def _adapter_notes(report: Report) -> list[str]:
         return list(adapter_for(report).report_notes)
     except AutotuneError:
         return []
+
+
+def _tiered(trainer: str) -> bool:
+    """Whether the trainer's configs come in VRAM tiers (so the card's tier means something)."""
+    try:
+        cls = adapter_class(trainer)
+    except AutotuneError:
+        return True  # a trainer this version does not know: show what the study recorded
+    return cls.tiered
+
+
+def _longer_input(trainer: str) -> str:
+    try:
+        return adapter_class(trainer).longer_input
+    except AutotuneError:
+        return TrainerAdapter.longer_input

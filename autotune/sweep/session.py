@@ -186,6 +186,12 @@ class SweepSession:
             + ("" if card.name.startswith(("emulated", "planned")) else f" ({format_gb(card.vram_gb)})")
             + f": fits at <= {format_gb((1 - opts.headroom) * card.vram_gb)} ({opts.headroom:.0%} headroom)"
         )
+        if plan.knobs_left_out:
+            swept = ", ".join(plan.space.names) or "none: the baseline alone runs"
+            self.progress.line(
+                f"knobs swept: {swept}; not swept, as the command never receives them: "
+                f"{', '.join(plan.knobs_left_out)} (name one in the template, or its key in --config, to sweep it)"
+            )
         return scheduler, claimed
 
     def _conclude(

@@ -26,7 +26,7 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -146,12 +146,24 @@ class TrainerAdapter(ABC):
     #: The trainer enforces an emulated card size itself (on CPU, or capped on a larger GPU): with
     #: ``--vram-gb N`` the card is one it emulates (``with_emulated_vram``), not one it needs.
     emulates_vram: ClassVar[bool] = False
+    #: The trainer's configs come in VRAM tiers (``configs/tiers.yaml``), so the report names the
+    #: card's tier; to any other trainer a tier like ``below-32GB`` means nothing.
+    tiered: ClassVar[bool] = False
+    #: What in this trainer's data can make a longer run peak higher than a short trial (the
+    #: report's short-runs warning): a video trainer's clips, anyone's larger samples.
+    longer_input: ClassVar[str] = "a longer or larger sample in the data"
     #: Warnings the report adds about how this trainer measures itself (one sentence each).
     report_notes: ClassVar[tuple[str, ...]] = ()
     #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
     config_suffix: ClassVar[str] = ".yaml"
     #: The adapter takes a ``launcher`` option, the argv that runs Python (``--trainer-python PATH``).
     takes_trainer_python: ClassVar[bool] = False
+
+    def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
+        """Which of the knob file's ``names`` this trainer really receives with this baseline: the
+        sweep varies, shows and judges only those (a template trainer names its own; the others
+        receive them all)."""
+        return list(names)
 
     def launch_folder(self) -> Path | None:
         """The folder this adapter's trials run in when it is fixed by how the adapter was made

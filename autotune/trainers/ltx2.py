@@ -150,6 +150,8 @@ class Ltx2Adapter(TrainerAdapter):
     takes_trainer_python: ClassVar[bool] = True
     plan_baselines: ClassVar[bool] = True
     loads_model_paths: ClassVar[bool] = True
+    longer_input: ClassVar[str] = "a longer clip in the data"
+    tiered: ClassVar[bool] = True
     needs_tier_gate: ClassVar[bool] = True
     report_notes: ClassVar[tuple[str, ...]] = (
         "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "

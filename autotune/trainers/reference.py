@@ -39,6 +39,7 @@ class ReferenceAdapter(Ltx2Adapter):
     config_sections: ClassVar[tuple[str, ...]] = ("reference",)
     loads_model_paths: ClassVar[bool] = False  # synthetic latents: no model, no data
     single_device: ClassVar[bool] = True
+    longer_input: ClassVar[str] = "a longer clip in the data"
     needs_tier_gate: ClassVar[bool] = False  # any card: it is the demo
     emulates_vram: ClassVar[bool] = True
     report_notes: ClassVar[tuple[str, ...]] = ()  # it reports torch's own peak, not nvidia-smi's
