@@ -141,6 +141,14 @@ LTX2_CONFIG = (
         ("train --bs {batch_size} --steps {steps}", None, (), ["batch_size"], {"batch_size": 1}),
         ("train {quantization} {optimizer}", None, (), ["quantization", "optimizer"], None),
         ("train --max_iters={steps}", None, (), [], {}),
+        # no --config: {config} is a flat YAML of every knob, so the script receives them all
+        (
+            "train --config {config}",
+            None,
+            (),
+            ["quantization", "optimizer", "batch_size", "gradient_checkpointing"],
+            None,
+        ),
         # {config} names a knob when the config holds its key (LTX-2's keys here: no checkpointing key)
         ("train {config}", LTX2_CONFIG, (), ["quantization", "optimizer", "batch_size"], None),
         ("train --bs {batch_size}", LTX2_CONFIG, (), ["batch_size"], {"batch_size": 2}),

@@ -208,9 +208,12 @@ class CommandAdapter(TrainerAdapter):
 
     def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
         """The knobs the command really receives: a ``{placeholder}`` of the template, or, when the
-        template passes ``{config}``, a key the config holds (or ``config_keys`` names)."""
+        template passes ``{config}``, a key the config holds (or ``config_keys`` names). With no
+        ``--config``, ``{config}`` is a flat YAML that holds every knob: all are received."""
         used = set(placeholders(self.argv))
         via_config: set[str] = set()
+        if "config" in used and not baseline.text:
+            return list(names)
         if "config" in used:
             keys = self._keys(baseline)
             explicit = set(self.config_keys or ())
