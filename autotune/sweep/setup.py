@@ -81,20 +81,22 @@ class SweepPlan:
     storage_url: str
     study_name: str
     workdir: Path
+    nvml_error: str | None = None  # why there is no NVML (the driver's own words), for the fit check
 
     @property
     def study_dir(self) -> Path:
         return self.workdir / self.study_name
 
 
-def open_nvml_for(nvml: Nvml | bool | None) -> Nvml | None:
-    """``True``: the driver's NVML (None without one); an ``Nvml``: that one; else none."""
+def open_nvml_for(nvml: Nvml | bool | None) -> tuple[Nvml | None, str | None]:
+    """``True``: the driver's NVML (None without one); an ``Nvml``: that one; else none.
+    With it, why there is none (``NvmlUnavailable``'s reason), for the fit check to say."""
     if nvml is True:
         try:
-            return open_nvml()
-        except NvmlUnavailable:
-            return None
-    return nvml or None
+            return open_nvml(), None
+        except NvmlUnavailable as exc:
+            return None, str(exc)
+    return (nvml or None), (None if nvml else "NVML was not used by this sweep")
 
 
 def plan_sweep(
@@ -119,7 +121,7 @@ def plan_sweep(
         options.setdefault("template", opts.cmd)
     adapter = get_adapter(opts.trainer, **options)
     baseline = adapter.load_baseline(opts.config)
-    nvml = open_nvml_for(nvml_arg)
+    nvml, nvml_error = open_nvml_for(nvml_arg)
     card = pick_card(opts, adapter, baseline, nvml, pin=pin)
     if opts.vram_gb is not None:
         baseline = adapter.with_emulated_vram(baseline, opts.vram_gb)
@@ -195,6 +197,7 @@ def plan_sweep(
         storage_url=storage_url,
         study_name=study_name,
         workdir=workdir,
+        nvml_error=nvml_error,
     )
 
 
