@@ -135,14 +135,27 @@ class HostLoad:
                         name = psutil.Process(pid).name()
                 self._gpu_others[pid] = (name, max(peak, int(used)))
 
-    def others_cores(self) -> float | None:
-        """Others' CPU load over the run, in average cores; ``None`` before a second of data."""
+    def _span(self) -> float | None:
         if self._t0 is None or self._t_last is None:
             return None
         span = self._t_last - self._t0
-        if span < 1.0:  # too short to tell load from the sampling's own jitter
+        return span if span >= 1.0 else None  # shorter: too short to tell load from sampling jitter
+
+    def own_cpu_s(self) -> float:
+        """CPU seconds the trial's processes used, as last seen (this sweep's not included)."""
+        return sum(self._tree_cpu.values())
+
+    def own_cores(self) -> float | None:
+        """The trial tree's own CPU use over the run, in average cores."""
+        span = self._span()
+        return None if span is None else self.own_cpu_s() / span
+
+    def others_cores(self) -> float | None:
+        """Others' CPU load over the run, in average cores; ``None`` before a second of data."""
+        span = self._span()
+        if span is None:
             return None
-        own = sum(self._tree_cpu.values()) + (self._me_last - self._me0)
+        own = self.own_cpu_s() + (self._me_last - self._me0)
         return max(0.0, (self._busy_last - self._busy0 - own) / span)
 
     def verdict(self) -> str | None:

@@ -26,31 +26,39 @@ UNMEASURED_WINNER = "fastest; fit not measured"
 
 @dataclass(frozen=True)
 class FitCheck:
-    """What the sweep expects of peak readings: where they come from, or why there are none and the fix."""
+    """Whether autotune itself can read peaks (``sampled``): where from, or why not and the fix.
 
-    measured: bool
-    source: str  # where peaks come from ("" when none)
-    why: str = ""  # why none can be read
+    Without a source of its own, only a trainer that reports its own peak (a metrics file,
+    LTX-2's statistics) gets its fit judged: the banner says so and makes no claim.
+    """
+
+    sampled: bool
+    source: str  # where peaks come from ("" when autotune has none)
+    why: str = ""  # why autotune can read none
     fix: str = ""  # what the user can do about it
 
     def banner(self, limit_gb: float, headroom: float) -> str:
-        """The banner's fit clause: the line when it can be judged, else that it cannot, and why."""
-        if self.measured:
-            return f"fits at <= {format_gb(limit_gb)} ({headroom:.0%} headroom; peaks from {self.source})"
-        return "FIT NOT MEASURED: trials are ranked by speed only"
+        """The banner's fit clause: the line when autotune reads peaks, else what fit depends on."""
+        if self.sampled:
+            return f"fits at <= {format_gb(limit_gb)} ({headroom:.0%} headroom), peaks from {self.source}"
+        return (
+            "FIT NOT MEASURED by autotune: judged only if the trainer reports its own peak "
+            f"(line {format_gb(limit_gb)}, {headroom:.0%} headroom)"
+        )
 
     def warning(self) -> str | None:
-        """The line said right after the banner when fit cannot be judged; ``None`` when it can."""
-        if self.measured:
+        """The line said right after the banner when autotune reads no peak; ``None`` when it does."""
+        if self.sampled:
             return None
         return (
-            f"warning: no peak memory can be measured ({self.why}), so no trial can be called a fit; "
-            f"the winner will be reported as '{UNMEASURED_WINNER}'. Fix: {self.fix}"
+            f"warning: autotune cannot measure peak memory here ({self.why}). Fit is judged only if the "
+            "trainer reports its own peak; if it reports none, no trial is called a fit and the winner "
+            f"is reported as '{UNMEASURED_WINNER}'. Fix: {self.fix}"
         )
 
 
 def check_fit(plan: SweepPlan) -> FitCheck:
-    """Whether peaks can be measured in this sweep, from its card and its driver (no trial run yet)."""
+    """Whether autotune reads peaks in this sweep, from its card and its driver (no trial run yet)."""
     card = plan.card
     if card.indices:
         return FitCheck(True, "NVML, sampling the trial's processes on the card")
@@ -64,9 +72,9 @@ def check_fit(plan: SweepPlan) -> FitCheck:
         )
     else:
         fix = (
-            f"--vram-gb {plan.opts.vram_gb:g} plans for that card, but this trainer emulates none here: "
-            "leave the trial-side hook on so it emulates the card and counts its memory, "
-            "or run on a GPU with the NVIDIA driver"
+            f"--vram-gb {plan.opts.vram_gb:g} plans for that card, but nothing emulates it here: leave "
+            "the trial-side hook on so it emulates the card and counts its memory, or run on a GPU "
+            "with the NVIDIA driver"
         )
     return FitCheck(False, "", f"{nvml}, and no emulated card", fix)
 

@@ -96,7 +96,7 @@ def open_nvml_for(nvml: Nvml | bool | None) -> tuple[Nvml | None, str | None]:
             return open_nvml(), None
         except NvmlUnavailable as exc:
             return None, str(exc)
-    return (nvml or None), (None if nvml else "NVML was not used by this sweep")
+    return (nvml or None), (None if nvml else "turned off for this sweep")
 
 
 def plan_sweep(
