@@ -16,6 +16,7 @@ import json
 import shlex
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -26,21 +27,28 @@ import psutil
 import pytest
 
 from autotune.core.metrics import TrialMetrics
+from autotune.core.outcome import Outcome
+from autotune.core.verdict import measured_attrs
 from autotune.execution.busy import HostLoad, busy_threshold_cores, cpu_verdict, gpu_verdict
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.monitor import ResourceMonitor
 from autotune.execution.runner import RunLimits, run_trial
 from autotune.gpu.nvml import GIB
+from autotune.report import status
 from autotune.report.cells import outcome_cell, trial_cells
 from autotune.report.jsondoc import report_dict
 from autotune.report.model import TrialRow
 from autotune.sweep.api import run_sweep
 from autotune.sweep.fitcheck import check_fit
+from autotune.sweep.measure import summary
 from autotune.sweep.options import SweepOptions
 from autotune.sweep.setup import Card, plan_sweep
+from autotune.trainers import get_adapter
 from autotune.trainers.common import merge_metrics
+from autotune.trainers.readers.hftrainer import read_hf_trainer
 from tests.conftest import FAKES
 from tests.fake_nvml import FakeNvml
+from tests.test_readers_printed import HF, SANA
 
 TRAINER = FAKES / "iterlog_trainer.py"
 TEMPLATE = (
@@ -275,6 +283,9 @@ def test_a_sweep_without_peaks_says_so_after_its_first_trial_and_never_calls_a_f
     assert doc["best"]["trial"] == result.best_trial and "fits" not in doc["best"]
     html = (folder / "report.html").read_text()
     assert "fastest; fit not measured" in html
+    brief = status.render(status.collect(storage=result.storage, workdir=None, study=result.study))
+    best = next(ln for ln in brief.splitlines() if ln.startswith("  best: "))
+    assert best.endswith("(fastest; fit not measured); host busy: " + doc["best"]["busy_host"]), best
 
 
 def test_a_sweep_beside_a_busy_process_flags_its_trials_with_their_spread(
@@ -327,3 +338,30 @@ def test_a_merged_reading_never_pairs_one_readers_time_with_anothers_spread() ->
     assert (merged.step_time_s, merged.step_time_spread_s, merged.step_times_s) == (0.5, None, [])
     merged = merge_metrics(TrialMetrics(trainer_peak_vram_gb=3.0, source="file"), printed)
     assert (merged.step_time_s, merged.step_time_spread_s, merged.trainer_peak_vram_gb) == (0.7, 0.05, 3.0)
+
+
+# --- real trainer outputs: the spread where several step times exist, "unknown" where one ---------------
+
+
+def test_the_sana_adapter_keeps_the_spread_of_the_training_bar() -> None:
+    """The real diffusers Sana run's ``Steps:`` bar: 30 per-update rates, so a spread (it was dropped)."""
+    log = SANA / "bs1_ok" / "stderr.log"
+    if not log.is_file():
+        pytest.skip(f"real trainer outputs not found at {log}")
+    with tempfile.TemporaryDirectory() as empty:  # no hook file: the bar is the only source
+        metrics = get_adapter("sana").read_metrics(Path(empty), log.read_text())
+    assert metrics.step_time_s is not None and len(metrics.step_times_s) >= 10
+    assert metrics.step_time_spread_s is not None and metrics.step_time_spread_s > 0
+
+
+def test_a_single_figure_from_a_real_hf_run_is_recorded_with_its_spread_unknown() -> None:
+    """HF Trainer without a bar prints one ``train_steps_per_second``: no spread is invented."""
+    run = HF / "no-tqdm_logging4"
+    if not HF.is_dir():
+        pytest.skip(f"real trainer outputs not found at {HF}")
+    text = run.with_suffix(".stdout").read_text() + "\n" + run.with_suffix(".stderr").read_text()
+    metrics = read_hf_trainer(text)
+    assert metrics is not None and metrics.step_time_spread_s is None
+    attrs = measured_attrs(Outcome.OK, "finished", metrics, 4, 16.0, 0.1)
+    assert attrs["spread_unknown"] is True and "step_time_spread_s" not in attrs
+    assert "spread unknown" in summary(attrs)
