@@ -84,8 +84,8 @@ def summary(r: Report) -> list[tuple[str, str]]:
         text = f"trial {b.number} ({config_text(b.params, r.knobs)}; {what}): {_measure_line(b)}"
         if winner_kind(r) == WINNER_UNMEASURED:  # a speed-up stays, the word "fits" never comes near it
             text = (
-                f"{WINNER_UNMEASURED}: {text} (no peak memory was read, so whether it fits your card "
-                "is not known)"
+                f"{WINNER_UNMEASURED}: {text} (no peak memory was read: how much of your card it "
+                "needs is not known)"
             )
         elif left is not None:
             text += f", {_gb(left)} GiB left"
