@@ -267,6 +267,7 @@ def test_a_sweep_without_peaks_says_so_after_its_first_trial_and_never_calls_a_f
     assert len(finished) == 2, text
     assert all("fit not measured" in ln and ", fits" not in ln for ln in finished), finished
     assert text.count("finished ok but no peak memory was read") == 1  # once, right after trial 0
+    assert "best so far: " in text and "(trial 0; fit not measured)" in text
     lines = text.splitlines()
     warn_at = next(i for i, ln in enumerate(lines) if "no peak memory was read" in ln)
     assert lines[warn_at - 1].startswith("trial 0 ok: ")
@@ -303,6 +304,7 @@ def test_a_sweep_beside_a_busy_process_flags_its_trials_with_their_spread(
     rows = [ln for ln in md.splitlines() if ln.startswith("| 0") or ln.startswith("| 1")]
     assert len(rows) == 2
     assert all("host busy" in r and "HOST BUSY while it ran" in r and " s ± " in r for r in rows), rows
+    assert ' class="busy"' in (folder / "report.html").read_text()
 
 
 # --- the spread: shown, or said to be unknown ------------------------------------------------------------

@@ -245,5 +245,8 @@ class TrialExecutor:
     def _update_best_line(self) -> None:
         best = fastest_fitting(self.scheduler.study, self.plan.space)
         if best is not None:
-            sps = TrialRecord.from_trial(best).samples_per_s or 0.0
-            self.progress.set_best(f"{sps:.3g} samples/s (trial {best.number})")
+            record = TrialRecord.from_trial(best)
+            unmeasured = "" if record.fit_measured else "; fit not measured"
+            self.progress.set_best(
+                f"{record.samples_per_s or 0.0:.3g} samples/s (trial {best.number}{unmeasured})"
+            )
