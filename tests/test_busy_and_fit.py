@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -46,7 +47,7 @@ from autotune.sweep.setup import Card, plan_sweep
 from autotune.trainers import get_adapter
 from autotune.trainers.common import merge_metrics
 from autotune.trainers.readers.hftrainer import read_hf_trainer
-from tests.conftest import FAKES
+from tests.conftest import FAKES, REPO
 from tests.fake_nvml import FakeNvml
 from tests.test_readers_printed import HF, SANA
 
@@ -367,3 +368,16 @@ def test_a_single_figure_from_a_real_hf_run_is_recorded_with_its_spread_unknown(
     attrs = measured_attrs(Outcome.OK, "finished", metrics, 4, 16.0, 0.1)
     assert attrs["spread_unknown"] is True and "step_time_spread_s" not in attrs
     assert "spread unknown" in summary(attrs)
+
+
+def test_the_sweep_command_names_an_unmeasured_winner_fastest_not_best_fit(tmp_path: Path) -> None:
+    """``autotune sweep`` as a user runs it, with no GPU visible: its last lines never call a fit."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "autotune", "sweep", "--trainer", "command", "--cmd", TEMPLATE]
+    argv += ["--vram-gb", "16", "--steps", "6", "--max-trials", "1", "--workdir", str(tmp_path / "runs")]
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "best (fastest; fit not measured): trial 0:" in done.stdout, done.stdout
+    first = done.stderr.splitlines()[0]
+    assert "FIT NOT MEASURED by autotune" in first and "fits at" not in first, first
+    assert "warning: autotune cannot measure peak memory here" in done.stderr
