@@ -207,8 +207,10 @@ def _plan(tmp: Path) -> Any:
 def test_a_card_autotune_cannot_read_peaks_of_is_said_at_the_start_with_the_reason_and_fix(
     tmp_path: Path,
 ) -> None:
+    plan = _plan(tmp_path)
     plan = dataclasses.replace(
-        _plan(tmp_path),
+        plan,
+        opts=dataclasses.replace(plan.opts, vram_gb=None),
         card=Card("planned 16 GB card", 16.0, 1, "below-32GB"),
         nvml_error="no NVIDIA driver found (the NVML library is missing)",
     )
@@ -220,7 +222,18 @@ def test_a_card_autotune_cannot_read_peaks_of_is_said_at_the_start_with_the_reas
     assert warning is not None
     assert "NVML not available: no NVIDIA driver found (the NVML library is missing)" in warning
     assert "'fastest; fit not measured'" in warning
-    assert "leave the trial-side hook on so it emulates the card" in warning
+    assert "on CPU peaks come from the hook's emulated card: pass --vram-gb N" in warning
+
+
+def test_a_planned_card_is_measured_only_where_the_trainer_emulates_it(tmp_path: Path) -> None:
+    """``--vram-gb`` on CPU: the adapter's emulated card counts memory; one that emulates none gets
+    the fix that says so."""
+    plan = dataclasses.replace(_plan(tmp_path), card=Card("planned 16 GB card", 16.0, 1, "below-32GB"))
+    check = check_fit(plan)
+    assert check.sampled == plan.adapter.emulates_vram
+    if not check.sampled:
+        assert "--vram-gb 16 plans for that card, but nothing emulates it here" in (check.warning() or "")
+        assert "leave the trial-side hook on so it emulates the card" in (check.warning() or "")
 
 
 @pytest.mark.parametrize(

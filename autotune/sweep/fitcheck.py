@@ -62,7 +62,7 @@ def check_fit(plan: SweepPlan) -> FitCheck:
     card = plan.card
     if card.indices:
         return FitCheck(True, "NVML, sampling the trial's processes on the card")
-    if card.name.startswith("emulated"):
+    if card.name.startswith("emulated") or (plan.adapter.emulates_vram and plan.opts.vram_gb is not None):
         return FitCheck(True, "the trainer's count on the emulated card")
     nvml = f"NVML not available: {plan.nvml_error}" if plan.nvml_error else "no GPU visible to NVML"
     if plan.opts.vram_gb is None:
