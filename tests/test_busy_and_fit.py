@@ -313,7 +313,7 @@ def test_a_sweep_beside_a_busy_process_flags_its_trials_with_their_spread(
     doc = json.loads((folder / "report.json").read_text())
     for t in doc["trials"]:
         assert "CPU cores on average" in t["busy_host"]
-        assert t["step_time_spread_s"] > 0 and "spread_unknown" not in t
+        assert t["step_time_spread_s"] >= 0 and "spread_unknown" not in t  # measured (0 when steady)
     md = (folder / "report.md").read_text()
     rows = [ln for ln in md.splitlines() if ln.startswith("| 0") or ln.startswith("| 1")]
     assert len(rows) == 2
