@@ -15,6 +15,7 @@ from autotune.config.knobs import trainer_fidelity
 from autotune.core.space import same_param
 from autotune.errors import AutotuneError
 from autotune.report.model import (
+    WINNER_UNMEASURED,
     Report,
     RuledOut,
     TrialRow,
@@ -24,6 +25,7 @@ from autotune.report.model import (
     knob_names,
     pick_best,
     row_from_trial,
+    winner_kind,
 )
 from autotune.report.opening import DEFAULT_WORKDIR
 from autotune.report.text import fmt as _fmt
@@ -201,6 +203,12 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any) -> Non
     best, w = report.best, report.warnings
     if best is None:
         return
+    if winner_kind(report) == WINNER_UNMEASURED:
+        w.append(
+            f"Fit not measured: the winner is the {WINNER_UNMEASURED} (no peak memory was read for it: "
+            "no GPU driver and no emulated card, or a trainer that reports no peak with the hook off). "
+            "Run on the target GPU, or on CPU pass --vram-gb N with the trial-side hook on, to judge fit."
+        )
     if best.effective_batch_changed:
         w.append(
             f"The effective batch changed: the winner trains {best.get('effective_batch')} samples per "

@@ -30,6 +30,7 @@ from autotune.execution.proctree import MARK_VAR, ProcessRecord
 from autotune.execution.runner import RunLimits, RunResult, output_error, run_trial
 from autotune.store.identity import ProcessIdentity
 from autotune.sweep.conclude import fastest_fitting
+from autotune.sweep.fitcheck import first_without_peak
 from autotune.sweep.measure import measure, one_line, summary
 from autotune.sweep.naming import accumulation_for, label
 from autotune.sweep.options import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TRIAL_TIMEOUT_S
@@ -159,6 +160,8 @@ class TrialExecutor:
         value = record.samples_per_s if record.is_ok else None
         finished = scheduler.finish_trial(trial, attrs_end, value)
         self.progress.trial_finished(trial.number, summary(attrs_end))
+        if (no_peak := first_without_peak(study, trial.number, attrs_end)) is not None:
+            self.progress.line(no_peak)
         self._update_best_line()
         if result.interrupted or self.stop.is_set():
             raise self.interrupted()
@@ -256,5 +259,8 @@ class TrialExecutor:
     def _update_best_line(self) -> None:
         best = fastest_fitting(self.scheduler.study, self.plan.space)
         if best is not None:
-            sps = TrialRecord.from_trial(best).samples_per_s or 0.0
-            self.progress.set_best(f"{sps:.3g} samples/s (trial {best.number})")
+            record = TrialRecord.from_trial(best)
+            unmeasured = "" if record.fit_measured else "; fit not measured"
+            self.progress.set_best(
+                f"{record.samples_per_s or 0.0:.3g} samples/s (trial {best.number}{unmeasured})"
+            )

@@ -109,6 +109,7 @@ class SweepResult:
     stop_reason: str
     reports: list[Path]
     wall_s: float
+    best_fit_measured: bool | None = None  # False: the winner is only the fastest (no peak read)
 
 
 # --- options stored on the study, for ``autotune worker`` -------------------------------------------

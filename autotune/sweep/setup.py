@@ -84,20 +84,22 @@ class SweepPlan:
     workdir: Path
     #: Knobs of the trainer's knob file the command never receives (``knobs_in_play``): not swept.
     knobs_left_out: tuple[str, ...] = ()
+    nvml_error: str | None = None  # why there is no NVML (the driver's own words), for the fit check
 
     @property
     def study_dir(self) -> Path:
         return self.workdir / self.study_name
 
 
-def open_nvml_for(nvml: Nvml | bool | None) -> Nvml | None:
-    """``True``: the driver's NVML (None without one); an ``Nvml``: that one; else none."""
+def open_nvml_for(nvml: Nvml | bool | None) -> tuple[Nvml | None, str | None]:
+    """``True``: the driver's NVML (None without one); an ``Nvml``: that one; else none.
+    With it, why there is none (``NvmlUnavailable``'s reason), for the fit check to say."""
     if nvml is True:
         try:
-            return open_nvml()
-        except NvmlUnavailable:
-            return None
-    return nvml or None
+            return open_nvml(), None
+        except NvmlUnavailable as exc:
+            return None, str(exc)
+    return (nvml or None), (None if nvml else "turned off for this sweep")
 
 
 def plan_sweep(
@@ -125,7 +127,7 @@ def plan_sweep(
         options["knobs"] = [k.name for k in declared]
     adapter = get_adapter(opts.trainer, **options)
     baseline = adapter.load_baseline(opts.config)
-    nvml = open_nvml_for(nvml_arg)
+    nvml, nvml_error = open_nvml_for(nvml_arg)
     card = pick_card(opts, adapter, baseline, nvml, pin=pin)
     if opts.vram_gb is not None:
         baseline = adapter.with_emulated_vram(baseline, opts.vram_gb)
@@ -208,6 +210,7 @@ def plan_sweep(
         study_name=study_name,
         workdir=workdir,
         knobs_left_out=tuple(n for n in full.names if n not in space.names),
+        nvml_error=nvml_error,
     )
 
 

@@ -292,8 +292,7 @@ class SanaAdapter(TrainerAdapter):
             record = read_trial_record(trial_dir)
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            tqdm_time, losses = parse_tqdm(read_output(trial_dir, output))
-            tqdm = TrialMetrics(step_time_s=tqdm_time, losses=losses, source="tqdm")
+            tqdm = read_tqdm(read_output(trial_dir, output)) or TrialMetrics()  # time, spread and losses
             merged = merge_metrics(hook, file_metrics, tqdm)
             return finish_metrics(merged, effective_batch_of(record), keep_reported=False)
         except Exception:  # the contract: a reader never takes the sweep down
