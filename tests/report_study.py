@@ -58,6 +58,8 @@ class YamlTestAdapter(TrainerAdapter):
 
     name: ClassVar[str] = TEST_TRAINER
     knob_file: ClassVar[str] = "yaml-test.yaml"
+    tiered: ClassVar[bool] = True  # LTX-2-style: its reports name the card's tier
+    longer_input: ClassVar[str] = "a longer clip in the data"
 
     def load_baseline(self, config: Path | None) -> Baseline:
         assert config is not None

@@ -4,11 +4,22 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from autotune.trainers.readers.ltx2log import Ltx2Log, Statistics, StepLine, logical_lines, parse_ltx2_output
+from autotune.core.timing import WARMUP_STEPS
+from autotune.trainers.readers.ltx2log import (
+    MIN_STEPS_FOR_STEP_LINES,
+    STEP_LINE_EVERY,
+    Ltx2Log,
+    Statistics,
+    StepLine,
+    logical_lines,
+    parse_ltx2_output,
+)
 
 DOC_STEP = "Step 20/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step: 1.23s, Total Time: 0h 1m"
 DOC_STATS = """📊 Training Statistics:
@@ -200,3 +211,96 @@ def test_garbage_reads_as_an_empty_log(garbage: object) -> None:
     log = parse_ltx2_output(garbage)  # type: ignore[arg-type]
     assert log == Ltx2Log()
     assert not log.to_metrics(effective_batch=2).measured
+
+
+# --- the real trainer's logs (../shared/fixtures/ltx2/logs: its own logger and f-strings) -------
+
+
+def _fixture_log(ltx2_fixtures: Path, name: str) -> str:
+    path = ltx2_fixtures / "logs" / name
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("name", "steps"),
+    [
+        pytest.param("steps60_ga1_batch1.log", [20, 40, 60], id="ga1"),
+        pytest.param("steps60_ga2_batch1_wrapped80.log", [20, 40, 60], id="ga2-wrapped80"),
+        pytest.param("steps60_ga4_batch2.log", [20, 40, 60], id="ga4"),
+        pytest.param("steps60_ga1_batch2_2gpus_rank-prefix.log", [20, 40, 60], id="2gpus-rank-prefix"),
+        pytest.param("steps15_ga2_batch1.log", [], id="ga2-only-step0"),
+        pytest.param("steps15_ga1_batch2.log", [], id="under-20-steps"),
+    ],
+)
+def test_fixture_logs_first_copy_of_each_step_and_no_step0(
+    ltx2_fixtures: Path, name: str, steps: list[int]
+) -> None:
+    """With GA > 1 each Step line is printed GA times: the first copy (2.59 s in these logs) times
+    the micro-step that ran the optimizer step, the later ones (2.33 s) micro-steps without one.
+    Step-0 lines (``calculating...``, 1.62 s) are before any optimizer step and are dropped."""
+    text = _fixture_log(ltx2_fixtures, name)
+    log = parse_ltx2_output(text)
+    assert [s.step for s in log.steps] == steps
+    assert all(s.time_s == 2.59 for s in log.steps)  # never a later copy (2.33) nor Step 0 (1.62)
+    assert log.stats is not None and log.stats.peak_gb == 31.25
+    if steps:
+        assert log.steady_step_time() == (2.59, 0.0)  # lines at 40 and 60: past the warm-up
+
+
+def test_fixture_ga4_log_prints_each_step_ga_times(ltx2_fixtures: Path) -> None:
+    """The premise of the rule above, read off the real log: 3 Step-0 lines, Step 20 and 40 four
+    times (first copy different), Step 60 once (the run ends on its optimizer micro-step)."""
+    text = _fixture_log(ltx2_fixtures, "steps60_ga4_batch2.log")
+    times = {
+        n: [m.group(1) for m in re.finditer(rf"Step {n}/60 .*?Time/Step: ([\d.]+)s", text)]
+        for n in (0, 20, 40, 60)
+    }
+    assert times == {
+        0: ["1.62"] * 3,
+        20: ["2.59", "2.33", "2.33", "2.33"],
+        40: ["2.59", "2.33", "2.33", "2.33"],
+        60: ["2.59"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "effective_batch", "samples_per_s"),
+    [
+        # Samples/second in the block is steps/s x processes x batch (0.12 x 1 x 1): GA left out.
+        pytest.param("steps15_ga2_batch1.log", 2, 0.24, id="ga2-block-ignores-ga"),
+        pytest.param("steps15_ga1_batch2.log", 2, 0.24, id="ga1"),
+    ],
+)
+def test_without_step_lines_samples_per_second_counts_ga(
+    ltx2_fixtures: Path, name: str, effective_batch: int, samples_per_s: float
+) -> None:
+    metrics = parse_ltx2_output(_fixture_log(ltx2_fixtures, name)).to_metrics(effective_batch)
+    assert metrics.step_time_s is None and metrics.step_times_s == []
+    assert metrics.samples_per_s == pytest.approx(samples_per_s)
+
+
+def test_time_per_step_is_taken_as_printed_for_ga() -> None:
+    """Time/Step already is one micro-step x GA (trainer.py:275): samples/s is the effective batch
+    (batch x GA x GPUs) over it, with no second multiplication by GA."""
+    lines = [
+        f"INFO     Step {n}/100 - Loss: 0.1, LR: 1.00e-04, Time/Step: 4.00s, Total Time: 0h 7m"
+        for n in (20, 40, 60)
+    ]
+    metrics = parse_ltx2_output("\n".join(lines)).to_metrics(effective_batch=2 * 4)
+    assert metrics.step_time_s == 4.0 and metrics.samples_per_s == pytest.approx(2.0)
+
+
+def test_a_resumed_runs_calculating_line_is_not_a_step() -> None:
+    """After a resume the first Step line can be for step 20 with ``calculating...``: it times a
+    micro-step before this run's first optimizer step (trainer.py:300-306)."""
+    text = (
+        "Step 20/100 - Loss: 0.1, LR: 1.00e-04, Time/Step: 9.00s, Total Time: calculating...\n"
+        "Step 40/100 - Loss: 0.1, LR: 1.00e-04, Time/Step: 1.00s, Total Time: 0h 1m\n"
+    )
+    assert [s.step for s in parse_ltx2_output(text).steps] == [40]
+
+
+def test_min_steps_for_step_lines_is_the_warmup_window_and_two_lines() -> None:
+    assert MIN_STEPS_FOR_STEP_LINES == WARMUP_STEPS + 2 * STEP_LINE_EVERY == 60

@@ -40,9 +40,11 @@ CASES = [
     ),
     ("seed: 1\noutput_dirs: x\n", "output_dirs", 2, "did you mean 'output_dir'?"),
     (
-        "training_strategy:\n  video:\n    conditions:\n      - type: first_frame\n        probabilty: 0.5\n",
+        # ``name: flexible``: without it the trainer takes text_to_video, which has no ``video``.
+        "training_strategy:\n  name: flexible\n  video:\n    conditions:\n      - type: first_frame\n"
+        "        probabilty: 0.5\n",
         "training_strategy.video.conditions[0].probabilty",
-        5,
+        6,
         "did you mean 'probability'?",
     ),
     (

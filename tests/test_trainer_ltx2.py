@@ -167,7 +167,7 @@ def _checkout(tmp_path: Path) -> Path:
 
 
 UV_ACCELERATE = ["uv", "run", "accelerate", "launch"]
-PY_ACCELERATE = ["/venv/bin/python", "-m", "accelerate.commands.launch"]
+PY_ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
 DDP = ["--config_file", "configs/accelerate/ddp.yaml"]
 FSDP = ["--config_file", "configs/accelerate/fsdp.yaml"]
 TWO = ["--num_processes", "2"]
@@ -180,7 +180,7 @@ TWO = ["--num_processes", "2"]
         ("full", {}, [*UV_ACCELERATE, *FSDP, *TWO]),
         ("lora", {"accelerate_config": "none"}, [*UV_ACCELERATE, "--multi_gpu", *TWO]),
         ("lora", {"accelerate_config": "fsdp"}, [*UV_ACCELERATE, *FSDP, *TWO]),
-        ("lora", {"launcher": ["/venv/bin/python"]}, [*PY_ACCELERATE, *DDP, *TWO]),
+        ("lora", {"launcher": [sys.executable]}, [*PY_ACCELERATE, *DDP, *TWO]),
     ],
 )
 def test_launch_line_several_gpus(
@@ -224,9 +224,12 @@ def test_trainer_dir_is_found_from_the_config_inside_a_checkout(
 def test_batch_larger_than_the_dataset_is_refused_with_the_reason(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "latents").mkdir(parents=True)
+    (data / "conditions").mkdir(parents=True)  # the trainer reads both (text_to_video, its default)
     for i in range(3):
         (data / "latents" / f"latent_{i:04d}.pt").write_bytes(b"x")
+        (data / "conditions" / f"condition_{i:04d}.pt").write_bytes(b"x")
     (data / "latents" / ".DS_Store").write_bytes(b"x")
+    (data / "latents" / "latent_0009.pt").write_bytes(b"x")  # no condition: not a sample
     adapter = _adapter()
     baseline = adapter.baseline_from_text(f"data:\n  preprocessed_data_root: {data}\n")
     assert adapter.max_batch_size(baseline) == 3
@@ -336,7 +339,9 @@ def test_fake_trainer_output_is_read_right(tmp_path: Path, env: dict[str, str], 
     assert metrics.trainer_peak_vram_gb == 31.25
     assert metrics.steps_per_s == pytest.approx(round(80 / (20 * 6.5), 2))
     assert metrics.losses == [0.1234] * 4 and not metrics.nan_loss
-    assert (trial_dir / "output" / "lora_weights.safetensors").is_file()
+    # The real trainer's path (trainer.py:941-945), and no training state (the recipe turns it off).
+    assert (trial_dir / "output" / "checkpoints" / "lora_weights_step_00080.safetensors").is_file()
+    assert not list((trial_dir / "output" / "checkpoints").glob("training_state_*"))
     # Read back from the runner's log files when no output is handed over.
     (trial_dir / "stdout.log").write_text(done.stdout)
     assert adapter.read_metrics(trial_dir, "").step_time_s == 1.0
@@ -451,6 +456,9 @@ BLOCK_STYLE_RENDERS = {
 }
 
 
+NO_RESUME_LINE = "  no_resume: true\n"
+
+
 def test_real_block_style_configs_render_byte_identical_to_before(
     ltx2_fixtures: Path, tmp_path: Path
 ) -> None:
@@ -466,6 +474,10 @@ def test_real_block_style_configs_render_byte_identical_to_before(
             trial_dir = tmp_path / config.stem / f"t{i}"
             adapter.render(baseline, params, gradient_accumulation_steps=accum, steps=60, trial_dir=trial_dir)
             rendered = (trial_dir / "config.yaml").read_text()
+            # The recipe gained checkpoints.no_resume (issue 16) after the hashes were recorded:
+            # the one line it adds is taken out, everything else must be as before.
+            assert rendered.count(NO_RESUME_LINE) == 1, name
+            rendered = rendered.replace(NO_RESUME_LINE, "")
             digest.update(rendered.replace(str(trial_dir.resolve()), "<TRIAL>").encode())
             digest.update(adapter.final_config(baseline, params, gradient_accumulation_steps=accum).encode())
         assert digest.hexdigest()[:16] == render_sha, name

@@ -191,6 +191,7 @@ def test_beaten_by_fidelity_for_the_sweeps_own_pick() -> None:
                 "outcome": "ok",
                 "reason": "r",
                 "samples_per_s": 5.0,
+                "spread_unknown": True,  # one figure (the trainer's samples/s): its spread is not invented
                 "peak_vram_gb": 38.0,
                 "trainer_peak_vram_gb": 30.0,
                 "measured_peak_vram_gb": 38.0,
@@ -202,7 +203,7 @@ def test_beaten_by_fidelity_for_the_sweeps_own_pick() -> None:
         (
             Outcome.OK,
             TrialMetrics(samples_per_s=5.0),
-            {"outcome": "ok", "reason": "r", "samples_per_s": 5.0, "fits": None},
+            {"outcome": "ok", "reason": "r", "samples_per_s": 5.0, "spread_unknown": True, "fits": None},
         ),
         # ended ok but nothing to rank it by: a crash, and no fit judged
         (
@@ -210,10 +211,26 @@ def test_beaten_by_fidelity_for_the_sweeps_own_pick() -> None:
             TrialMetrics(step_time_s=float("nan")),
             {"outcome": "crash", "reason": "finished but no step time or samples/s could be read"},
         ),
+        # one step time and no spread: the record says the spread is unknown
+        (
+            Outcome.OK,
+            TrialMetrics(step_time_s=2.0, trainer_peak_vram_gb=30.0),
+            {
+                "outcome": "ok",
+                "reason": "r",
+                "step_time_s": 2.0,
+                "samples_per_s": 2.0,
+                "spread_unknown": True,
+                "peak_vram_gb": 30.0,
+                "trainer_peak_vram_gb": 30.0,
+                "headroom_gb": 10.0,
+                "fits": True,
+            },
+        ),
         (
             Outcome.NAN,
             TrialMetrics(samples_per_s=5.0),
-            {"outcome": "nan", "reason": "r", "samples_per_s": 5.0},
+            {"outcome": "nan", "reason": "r", "samples_per_s": 5.0, "spread_unknown": True},
         ),
     ],
 )

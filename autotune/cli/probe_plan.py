@@ -72,6 +72,13 @@ def add_plan(sub: argparse._SubParsersAction) -> None:
         "the tier and baseline only",
     )
     p.add_argument(
+        "--trainer-python",
+        type=Path,
+        metavar="PATH",
+        help="the Python of the environment the trainer is installed in (a trainer installed without "
+        "uv): the launch line and the next sweep command use it instead of 'uv run'",
+    )
+    p.add_argument(
         "--vram-gb",
         type=vram_gb,
         metavar="N",
@@ -144,6 +151,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         output_dir=args.output_dir,
         force=args.force,
         output=args.output,
+        trainer_python=args.trainer_python,
     )
     if plan.text is not None:
         write_plan(plan)

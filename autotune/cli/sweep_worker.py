@@ -54,12 +54,22 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--config",
         type=Path,
-        help="the baseline config to start from (for ltx2: a plan from 'autotune plan')",
+        help="the baseline config to start from (for ltx2: a plan from 'autotune plan'; for sana: your "
+        "launcher script, export lines and $VARs included, or a YAML)",
     )
     p.add_argument(
         "--trainer-dir",
         type=Path,
         help="the trainer's checkout (for ltx2: the LTX-2 repo or packages/ltx-trainer)",
+    )
+    p.add_argument(
+        "--trainer-python",
+        type=Path,
+        metavar="PATH",
+        help="the Python of the environment the trainer is installed in, for a trainer installed "
+        "without uv (ltx2, sana): trials run 'PATH scripts/train.py CONFIG', several GPUs "
+        "'PATH -m accelerate.commands.launch ...' (default for ltx2: uv run python / uv run "
+        "accelerate launch; for sana: the baseline's own launcher). Checked before any trial",
     )
     p.add_argument(
         "--study",
@@ -150,7 +160,22 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "--cmd",
         metavar="TEMPLATE",
         help="sweep any trainer through a command template (trainer 'command'); placeholders: the knob "
-        "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}",
+        "names, {config}, {steps}, {gradient_accumulation_steps}, {trial_dir}. A launcher script works "
+        'too (--cmd "$(cat launch.sh)"): its export lines, cd DIR && and $VARs are read without a '
+        "shell, the exports become the trials' environment",
+    )
+    p.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUES",
+        help="only the knobs a --cmd template receives are swept: {quantization}, {optimizer}, "
+        "{batch_size}, {gradient_checkpointing} where it names them (or its {config} file holds their "
+        "keys); --knob declares one of your trainer's own (repeatable): NAME=v1,v2,... lists its values from "
+        "memory-saving to memory-hungry (yes/no/true/false are booleans, whole numbers ints); "
+        "NAME=int:LO..HI is every integer from LO to HI, a larger one needing more memory (int:HI..LO when "
+        "a larger one needs less, like blocks swapped to the CPU). Use it as {NAME} in --cmd, or as key "
+        "NAME (dotted for nested) in --config, which also gives the baseline's value (else the first)",
     )
     p.add_argument(
         "--no-hook",
@@ -180,6 +205,8 @@ def sweep_options(args: argparse.Namespace) -> Any:
     options: dict[str, Any] = {}
     if args.trainer_dir is not None:
         options["trainer_dir"] = args.trainer_dir
+    if args.trainer_python is not None:
+        options["launcher"] = [trainer_python(args.trainer_python, trainer)]
     common: dict[str, Any] = {
         "config": args.config,
         "study": args.study,
@@ -199,6 +226,7 @@ def sweep_options(args: argparse.Namespace) -> Any:
         "force": args.force,
         "cmd": args.cmd,
         "hook": args.hook,
+        "knobs": list(args.knob or []),
         "trainer_options": options,
     }
     if args.workdir is not None:
@@ -206,6 +234,22 @@ def sweep_options(args: argparse.Namespace) -> Any:
     if trainer is None and args.config is None:
         return SweepOptions.demo_defaults(**common)
     return SweepOptions(trainer=trainer or "reference", **{k: v for k, v in common.items()})
+
+
+def trainer_python(path: Path, trainer: str | None) -> str:
+    """``--trainer-python PATH``, checked now: only for a trainer that runs Python itself, and
+    an executable file (a typo would otherwise fail every trial)."""
+    from autotune.execution.launch import check_program
+    from autotune.trainers import adapter_class, adapter_names
+
+    takes = [name for name in adapter_names() if adapter_class(name).takes_trainer_python]
+    if trainer not in takes:
+        raise UsageError(
+            f"--trainer-python goes with --trainer {' or '.join(takes)}"
+            + (f", not {trainer}" if trainer else "")
+            + "; for --cmd, write the Python into the command itself"
+        )
+    return check_program(str(path), "--trainer-python")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -230,7 +274,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         gain = ""
         if result.best_samples_per_s and result.baseline_samples_per_s:
             gain = f", {result.best_samples_per_s / result.baseline_samples_per_s:.2f}x the baseline"
-        print(f"best: trial {result.best_trial}: {result.best_params} at {speed}{gain}", file=out)
+        what = "best" if result.best_fit_measured is not False else "best (fastest; fit not measured)"
+        print(f"{what}: trial {result.best_trial}: {result.best_params} at {speed}{gain}", file=out)
     md = [p for p in result.reports if p.suffix == ".md"]
     if md:
         others = ", ".join(p.name for p in result.reports if p.suffix in (".html", ".json"))

@@ -52,8 +52,9 @@ def load_space(path: Path | str, *, max_batch_size: int, allow_extra_savers: boo
     )
 
 
-def trainer_fidelity(trainer: str, knobs: Sequence[str] = ()) -> dict[str, ParamValue]:
-    """The preferred values of ``trainer``'s shipped knob file, only for ``knobs`` when given.
+def trainer_fidelity(trainer: str, knobs: Sequence[str] | None = None) -> dict[str, ParamValue]:
+    """The preferred values of ``trainer``'s shipped knob file, only for ``knobs`` when given
+    (the knobs the sweep had: a knob the trainer never received breaks no tie).
 
     The report and ``autotune status`` judge near-ties with it; a trainer without a
     (valid) knob file, or one that names no ``fidelity``, gets ``DEFAULT_FIDELITY``.
@@ -69,4 +70,4 @@ def trainer_fidelity(trainer: str, knobs: Sequence[str] = ()) -> dict[str, Param
             fidelity = dict(space.fidelity)
     except AutotuneError:
         pass
-    return {k: v for k, v in fidelity.items() if k in knobs or not knobs}
+    return {k: v for k, v in fidelity.items() if knobs is None or k in knobs}

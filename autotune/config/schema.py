@@ -23,6 +23,8 @@ from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError
 
 ANY = "any"
+BY = "$by"  # a section whose keys depend on the value of this key (see configs/ltx2-schema.yaml)
+DEFAULT = "$default"
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,15 @@ class UnknownKey:
     column: int
     allowed: tuple[str, ...]
     elsewhere: tuple[str, ...]  # sections where a key of this name is allowed
+    #: For a section whose keys depend on one key's value: (that key, its value here, the values
+    #: whose sections do allow this key).
+    variant: tuple[str, str, tuple[str, ...]] | None = None
 
     def hint(self) -> str:
+        if self.variant is not None and self.variant[2]:
+            by, value, others = self.variant
+            where = " or ".join(f"{by}: {v}" for v in others)
+            return f"it is a key of {where}, not of {by}: {value}"
         close = difflib.get_close_matches(self.key, self.allowed, n=1, cutoff=0.6)
         if close:
             return f"did you mean {close[0]!r}?"
@@ -108,6 +117,9 @@ def _walk(node: Any, spec: Any, prefix: str, out: list[UnknownKey], homes: dict[
         return
     if not isinstance(spec, dict) or not isinstance(node, CommentedMap):
         return  # a value of the wrong shape is the trainer's own validation to report
+    variant: tuple[str, str, dict[str, Any]] | None = None
+    if BY in spec:
+        spec, variant = _pick_variant(node, spec)
     for key in node:
         dotted = f"{prefix}{key}"
         if key in spec:
@@ -123,13 +135,50 @@ def _walk(node: Any, spec: Any, prefix: str, out: list[UnknownKey], homes: dict[
                 column=col + 1,
                 allowed=tuple(str(k) for k in spec),
                 elsewhere=tuple(h for h in homes.get(str(key), []) if h != section),
+                variant=None
+                if variant is None
+                else (
+                    variant[0],
+                    variant[1],
+                    tuple(v for v, sub in variant[2].items() if isinstance(sub, dict) and key in sub),
+                ),
             )
         )
+
+
+def _variants(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): v for k, v in spec.items() if not str(k).startswith("$")}
+
+
+def _pick_variant(
+    node: CommentedMap, spec: Mapping[str, Any]
+) -> tuple[dict[str, Any], tuple[str, str, dict[str, Any]] | None]:
+    """The section spec for ``node``'s value of the ``$by`` key (its ``$default`` when left out);
+    with a value no variant has, every variant's keys (the trainer reports the value itself)."""
+    by = str(spec[BY])
+    variants = _variants(spec)
+    value = node.get(by, spec.get(DEFAULT))
+    chosen = variants.get(str(value)) if isinstance(value, (str, int, float)) else None
+    if isinstance(chosen, dict):
+        return chosen, (by, str(value), variants)
+    merged: dict[str, Any] = {}
+    for sub in variants.values():
+        if isinstance(sub, dict):
+            for k, v in sub.items():
+                merged.setdefault(k, v)
+    return merged, None
 
 
 def _homes(schema: Mapping[str, Any], prefix: str = "") -> dict[str, list[str]]:
     """Key name -> the sections (dotted, ``"top level"`` for the root) where it is allowed."""
     homes: dict[str, list[str]] = {}
+    if BY in schema:
+        for variant in _variants(schema).values():
+            if isinstance(variant, dict):
+                for k, v in _homes(variant, prefix).items():
+                    known = homes.setdefault(k, [])
+                    known.extend(h for h in v if h not in known)
+        return homes
     for key, sub in schema.items():
         homes.setdefault(str(key), []).append(prefix.rstrip(".") or "top level")
         if isinstance(sub, dict):

@@ -30,6 +30,8 @@ KEYS: dict[str, str] = {
     "trial_dir": "its folder",
     "log_path": "its stdout log",
     "command": "the shell command that launched it",
+    "launch_digest": "sha256 of its rendered launch (argv, files, env), its own folder left out",
+    "same_command_as": "the earlier trial whose identical command it reused instead of running",
     "orchestrator_pid": "pid of the sweep running it",
     "orchestrator_host": "host of that sweep",
     "orchestrator_start": "start time of that sweep's process",
@@ -46,6 +48,7 @@ KEYS: dict[str, str] = {
     # what it measured
     "step_time_s": "steady-state seconds per optimizer step",
     "step_time_spread_s": "spread of the step time",
+    "spread_unknown": "true when the speed is one figure (a trainer's average): no spread was measured",
     "samples_per_s": "throughput",
     "peak_vram_gb": "the judged peak: the larger of the trainer's and ours",
     "trainer_peak_vram_gb": "the trainer's own peak",
@@ -56,12 +59,14 @@ KEYS: dict[str, str] = {
     "oom_tried_gb": "what the failed allocation asked for",
     "oom_free_gb": "what was free then",
     "oom_total_gb": "the card's total as the OOM message says",
+    "busy_host": "why the host was busy while it ran (others on its GPU, others' CPU load); absent: quiet",
 }
 
 #: The measured figures the report shows for a trial (in this order).
 MEASURES = (
     "step_time_s",
     "step_time_spread_s",
+    "spread_unknown",
     "samples_per_s",
     "peak_vram_gb",
     "trainer_peak_vram_gb",
@@ -73,6 +78,7 @@ MEASURES = (
     "oom_tried_gb",
     "oom_free_gb",
     "oom_total_gb",
+    "busy_host",
 )
 
 #: Optuna's trial states by name, as the report spells them.
@@ -211,6 +217,22 @@ class TrialRecord:
         if step is None or spread is None or step <= 0:
             return None
         return spread / step
+
+    @property
+    def spread_unknown(self) -> bool:
+        """The speed is one figure: its noise was not measured (never invented)."""
+        return self.attrs.get("spread_unknown") is True
+
+    @property
+    def busy_host(self) -> str | None:
+        """Why the host was busy while the trial ran; ``None``: it was not (or not known)."""
+        value = self.attrs.get("busy_host")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def fit_measured(self) -> bool:
+        """Whether the trial's fit was judged on a peak (or recorded): ``False`` is "fit not measured"."""
+        return self.fits is not None or self.peak_vram_gb is not None
 
     @property
     def peak_vram_gb(self) -> float | None:

@@ -29,7 +29,7 @@ mapping to ``Space.from_mapping``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -195,8 +195,6 @@ class Space:
         names = [k.name for k in knobs]
         if len(set(names)) != len(names):
             raise ConfigError(f"knob names repeat: {names}")
-        if not knobs:
-            raise ConfigError("a knob file needs at least one knob")
         self.knobs: tuple[Knob, ...] = tuple(knobs)
         self._by_name = {k.name: k for k in self.knobs}
         int_knobs = [k.name for k in self.knobs if k.is_int]
@@ -231,6 +229,8 @@ class Space:
         """A parsed knob file (``configs/knobs/<trainer>.yaml``); errors name ``source`` and the knob."""
         if not isinstance(data, dict) or not isinstance(data.get("knobs"), list):
             raise ConfigError(f"{source}: expected a mapping with a 'knobs:' list")
+        if not data["knobs"]:
+            raise ConfigError(f"{source}: a knob file needs at least one knob")
         knobs: list[Knob] = []
         for i, raw in enumerate(data["knobs"]):
             where = f"{source}: knobs[{i}]"
@@ -269,6 +269,17 @@ class Space:
         if not isinstance(fidelity, dict):
             raise ConfigError(f"{source}: 'fidelity' must be a mapping of knob -> preferred value")
         return cls(knobs, fidelity=fidelity)
+
+    def restricted(self, names: Collection[str], extra: Sequence[Knob] = ()) -> Space:
+        """Only the knobs in ``names`` (file order), then ``extra`` (declared ones): the knobs a
+        trainer really has. Fidelity keeps only those knobs, so no near-tie is decided on a knob
+        the trainer never received. No knob at all is a space of one candidate: the baseline."""
+        kept = [k for k in self.knobs if k.name in names]
+        return Space(
+            [*kept, *extra],
+            fidelity={k: v for k, v in self.fidelity.items() if k in names},
+            batch_knob=self.batch_knob if self.batch_knob in names else None,
+        )
 
     # -- candidates ------------------------------------------------------------------------
     @property

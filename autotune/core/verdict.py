@@ -131,6 +131,8 @@ def measured_attrs(
                 outcome=Outcome.CRASH.value, reason="finished but no step time or samples/s could be read"
             )
         )
+    if sps is not None and "step_time_spread_s" not in attrs:
+        attrs.update(TrialRecord.attrs_of(spread_unknown=True))  # one figure: its noise is not invented
     if peak is not None:
         attrs.update(TrialRecord.attrs_of(headroom_gb=round(card_gb - peak, 4)))
     if TrialRecord(-1, attrs=attrs).is_ok:

@@ -3,7 +3,9 @@
 Several times a second, the monitor sums NVML's per-process used memory over
 the trial's process tree (the trainer's own figure is device-wide and sparse),
 and the tree's host RSS, and writes a timeline ``memory.csv`` (t_s, vram_gb,
-host_rss_gb). In a container NVML may report host-namespace pids that match
+host_rss_gb). The same samples feed ``HostLoad`` (``autotune.execution.busy``): whether
+other processes shared the trial's GPU or its host's CPUs, so a trial measured on a busy
+host is flagged (``MemorySummary.busy``). In a container NVML may report host-namespace pids that match
 none of ours; then the device-wide rise over the pre-trial level stands in,
 and ``vram_source`` says so. Without NVML the timeline is host memory only.
 """
@@ -21,6 +23,7 @@ from typing import Any, TextIO
 
 import psutil
 
+from autotune.execution.busy import HostLoad
 from autotune.execution.proctree import ProcessTree
 from autotune.gpu.nvml import GIB, Nvml
 
@@ -34,6 +37,7 @@ class MemorySummary:
     samples: int
     timeline_path: Path | None
     vram_source: str | None
+    busy: str | None = None  # why the host was busy while it ran (``autotune.execution.busy``), or None
 
 
 class ResourceMonitor:
@@ -60,15 +64,20 @@ class ResourceMonitor:
         self._writer: Any = None
         self._path: Path | None = None
         self._tree: ProcessTree | None = None
+        self._load = HostLoad()
 
     def start(self, tree: ProcessTree, csv_path: Path | None) -> None:
         """Begin sampling ``tree`` (root included) in a background thread."""
         self._reset()
         self._tree = tree
         self._stop.clear()
+        on_gpu: set[int] = set()
         for i in self.device_indices:
             with contextlib.suppress(Exception):
                 self._baseline[i] = self.nvml.memory_used_bytes(i) if self.nvml else 0
+            with contextlib.suppress(Exception):
+                on_gpu.update(self.nvml.process_memory_bytes(i) if self.nvml else {})
+        self._load.start(on_gpu)
         if csv_path is not None:
             self._path = csv_path
             self._file = csv_path.open("w", newline="", encoding="utf-8")
@@ -97,6 +106,7 @@ class ResourceMonitor:
             samples=self._samples,
             timeline_path=self._path,
             vram_source=source,
+            busy=self._load.verdict(),
         )
 
     def _loop(self) -> None:
@@ -112,7 +122,9 @@ class ResourceMonitor:
         for p in procs:
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 rss += p.memory_info().rss
-        vram = self._vram({p.pid for p in procs}) if self.nvml is not None else None
+        usage: dict[int, int] = {}
+        vram = self._vram({p.pid for p in procs}, usage) if self.nvml is not None else None
+        self._load.sample(procs, usage)
         self._samples += 1
         self._peak_rss = max(self._peak_rss, rss)
         if vram is not None:
@@ -126,7 +138,8 @@ class ResourceMonitor:
             except OSError:  # a full or read-only disk: the peaks still count, the timeline stops
                 self._writer = None
 
-    def _vram(self, pids: set[int]) -> int | None:
+    def _vram(self, pids: set[int], usage: dict[int, int]) -> int | None:
+        """The tree's VRAM now; fills ``usage`` with every process NVML lists on the cards."""
         assert self.nvml is not None
         total = 0
         matched = False
@@ -134,6 +147,7 @@ class ResourceMonitor:
         try:
             for i in self.device_indices:
                 for pid, used in self.nvml.process_memory_bytes(i).items():
+                    usage[pid] = usage.get(pid, 0) + used
                     if pid in pids:
                         matched = True
                         total += used

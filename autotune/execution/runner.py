@@ -101,6 +101,7 @@ class RunResult:
     vram_source: str | None = None  # "process" or "device" (see autotune.execution.monitor)
     processes_seen: int = 1
     survivors: tuple[int, ...] = ()  # pids that outlived SIGKILL (uninterruptible sleep); normally empty
+    busy: str | None = None  # why the host was busy while it ran (see autotune.execution.busy), else None
 
 
 def run_trial(
@@ -308,6 +309,7 @@ class _Trial:
             vram_source=summary.vram_source,
             processes_seen=tree.seen(),
             survivors=tuple(survivors),
+            busy=summary.busy,
         )
 
     def _loop(

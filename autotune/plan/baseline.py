@@ -20,6 +20,7 @@ from typing import Any
 from autotune.config.schema import check_keys
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.errors import AutotuneError, UnknownTrainerError, UnsupportedCardError, UsageError
+from autotune.execution.launch import check_program
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import probe
 from autotune.gpu.tiers import TierInfo, classify
@@ -76,6 +77,7 @@ class Plan:
     output_path: Path | None = None  # where write_plan puts it (and what the launch line names)
     written: bool = False
     package_dir: Path | None = None  # the trainer package (cwd of its launch), when known
+    trainer_python: str | None = None  # --trainer-python: the launch runs it instead of uv
 
     @property
     def effective_batch(self) -> int | None:
@@ -180,6 +182,7 @@ class Plan:
         if self.written:
             lines.append(
                 f"Next: autotune sweep --trainer {self.trainer} --config {shlex.quote(str(self.output_path))}"
+                + (f" --trainer-python {shlex.quote(self.trainer_python)}" if self.trainer_python else "")
             )
         return "\n".join(lines)
 
@@ -197,6 +200,7 @@ def make_plan(
     output_dir: str | Path | None = None,
     force: bool = False,
     output: Path | None = None,
+    trainer_python: Path | str | None = None,
     open_nvml: Callable[[], Nvml] | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
@@ -209,6 +213,7 @@ def make_plan(
     """
     cwd = cwd or Path.cwd()
     adapter = _check_trainer(trainer)
+    python = check_program(str(trainer_python), "--trainer-python") if trainer_python is not None else None
     warnings: list[str] = []
     vram, source, card, num_gpus = _card(vram_gb, gpus, open_nvml, env, warnings)
     tier = classify(vram)
@@ -240,6 +245,7 @@ def make_plan(
         warnings=warnings,
         package_dir=package_dir,
         output_path=abs_path(output, cwd) if output else None,
+        trainer_python=python,
     )
     if source_path is not None and plan.output_path is None:
         plan.output_path = cwd / DEFAULT_PLAN_FILE
@@ -401,7 +407,8 @@ def _launch(plan: Plan, n: int, full: bool) -> LaunchPlan:
                 f"{pkg / acc} is missing from the checkout; accelerate will use its own defaults"
             )
             acc = None
-    adapter = get_adapter(plan.trainer, accelerate_config=acc or "none")
+    launcher = {"launcher": [plan.trainer_python]} if plan.trainer_python else {}
+    adapter = get_adapter(plan.trainer, accelerate_config=acc or "none", **launcher)
     argv = adapter.launch_argv(
         Baseline(trainer=plan.trainer, text="", data={}, num_gpus=n), config, progress_bars=False
     )

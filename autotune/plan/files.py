@@ -19,6 +19,7 @@ from autotune.config.yamlconf import RoundTripConfig
 from autotune.errors import AutotuneError, UsageError
 from autotune.gpu.tiers import TierInfo
 from autotune.trainers import TrainerAdapter
+from autotune.trainers.ltx2_data import data_sources
 
 #: Where the LTX-2 trainer package sits inside the LTX-2 repository.
 LTX2_PACKAGE = Path("packages") / "ltx-trainer"
@@ -234,20 +235,8 @@ def _check_path(name: str, path: Path, rt: RoundTripConfig) -> None:
 
 def _data_dirs(rt: RoundTripConfig) -> list[str]:
     """The subfolders of the preprocessed data that the config's training strategy reads."""
-    dirs = ["conditions"]
-    strategy = rt.get("training_strategy") or {}
-    for modality in ("video", "audio"):
-        section = strategy.get(modality) if isinstance(strategy, Mapping) else None
-        if not isinstance(section, Mapping):
-            continue
-        if section.get("latents_dir"):
-            dirs.append(str(section["latents_dir"]))
-        for cond in section.get("conditions") or []:
-            if isinstance(cond, Mapping):
-                dirs.extend(str(cond[k]) for k in ("latents_dir", "mask_dir") if cond.get(k))
-    if len(dirs) == 1:  # a legacy strategy: its default layout
-        dirs.append("latents")
-    return list(dict.fromkeys(dirs))
+    strategy = rt.get("training_strategy")
+    return data_sources({"training_strategy": strategy} if strategy is not None else {})
 
 
 def abs_path(path: Path, cwd: Path) -> Path:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.report.model import Report, TrialRow, headroom_left, oom_text, row_fits
+from autotune.report.model import (
+    WINNER_UNMEASURED,
+    Report,
+    TrialRow,
+    headroom_left,
+    oom_text,
+    row_fits,
+    winner_kind,
+)
 from autotune.report.text import changes as _changes
 from autotune.report.text import config_text
 from autotune.report.text import fmt as _fmt
@@ -76,7 +84,12 @@ def summary(r: Report) -> list[tuple[str, str]]:
         what = f"changed: {_changes(b.changed)}" if b.changed else "the baseline config unchanged"
         left = headroom_left(r, b)
         text = f"trial {b.number} ({config_text(b.params, r.knobs)}; {what}): {_measure_line(b)}"
-        if left is not None:
+        if winner_kind(r) == WINNER_UNMEASURED:  # a speed-up stays, the word "fits" never comes near it
+            text = (
+                f"{WINNER_UNMEASURED}: {text} (no peak memory was read: how much of your card it "
+                "needs is not known)"
+            )
+        elif left is not None:
             text += f", {_gb(left)} GiB left"
         if r.confirmed_by is not None:
             text += f"; confirmed by a longer run, trial {r.confirmed_by}"
@@ -97,6 +110,8 @@ def reason(r: Report, row: TrialRow) -> str:
     if row.outcome == "ok" and row_fits(row, r.limit_gb) is False:
         limit = f" ({_gb(r.limit_gb)} GiB)" if r.limit_gb is not None else ""
         parts.append(f"peak above the headroom limit{limit}: does not fit")
+    if row.get("busy_host"):
+        parts.append(f"HOST BUSY while it ran, its speed is suspect: {row.get('busy_host')}")
     if row.effective_batch_changed:
         parts.append(f"effective batch {row.get('effective_batch')} (baseline {r.baseline_effective_batch})")
     return "; ".join(parts)
@@ -107,7 +122,7 @@ def _step_cell(row: TrialRow) -> str:
     if st is None:
         return "—"
     sp = row.get("step_time_spread_s")
-    return f"{_fmt(st)} s ± {_fmt(sp, 2)}" if sp is not None else f"{_fmt(st)} s"
+    return f"{_fmt(st)} s ± {_fmt(sp, 2)}" if sp is not None else f"{_fmt(st)} s (spread unknown)"
 
 
 def _peak_cells(r: Report, row: TrialRow) -> tuple[str, str, str]:
@@ -138,12 +153,21 @@ TABLE_HEAD = (
 )
 
 
+def outcome_cell(r: Report, row: TrialRow) -> str:
+    """``ok``, ``ok, too big``, ``ok, fit not measured`` (never a fit unless measured), then ``host busy``."""
+    text = row.label
+    if row.outcome == "ok":
+        fit = row_fits(row, r.limit_gb)
+        text = "ok, too big" if fit is False else "ok, fit not measured" if fit is None else "ok"
+    return text + (", host busy" if row.get("busy_host") else "")
+
+
 def trial_cells(r: Report, row: TrialRow) -> list[str]:
     peak, both, left = _peak_cells(r, row)
     return [
         _trial_title(row),
         _changes(row.changed) or "—",
-        "ok, too big" if row.outcome == "ok" and row_fits(row, r.limit_gb) is False else row.label,
+        outcome_cell(r, row),
         _step_cell(row),
         _fmt(row.get("samples_per_s")),
         peak,

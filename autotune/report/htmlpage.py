@@ -34,6 +34,7 @@ dl.summary dt { font-weight: 600; }
 table { border-collapse: collapse; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-align: top; }
 tr.best td { background: #fff7d6; font-weight: 600; }
+tr.busy td { color: #8a4b00; }
 pre { background: #f4f4f4; padding: 10px; overflow-x: auto; }
 .warn li { margin-bottom: 4px; }
 figure { margin: 12px 0; } figcaption { font-size: 0.9em; color: #555; }
@@ -164,7 +165,8 @@ def render_html(report: Report) -> str:
             "<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in TABLE_HEAD) + "</tr></thead><tbody>"
         )
         for t in r.trials:
-            cls = ' class="best"' if t.is_best else ""
+            classes = [c for c, on in (("best", t.is_best), ("busy", bool(t.get("busy_host")))) if on]
+            cls = f' class="{" ".join(classes)}"' if classes else ""
             out.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in trial_cells(r, t)) + "</tr>")
         out.append("</tbody></table>")
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from autotune.report.model import MEASURES, Report, TrialRow
+from autotune.report.model import MEASURES, Report, TrialRow, winner_kind
 
 
 def _json_trial(row: TrialRow) -> dict[str, Any]:
@@ -18,6 +18,8 @@ def _json_trial(row: TrialRow) -> dict[str, Any]:
     if row.reason:
         out["reason"] = row.reason
     out.update(row.measures)
+    if "step_time_s" in out and "step_time_spread_s" not in out:
+        out["step_time_spread_s"] = None  # said, not left out: one figure, its spread unknown
     return out
 
 
@@ -58,6 +60,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "baseline_params": r.baseline_params,
         "baseline": _json_pick(r.baseline),
         "best": _json_pick(r.best),
+        "winner": winner_kind(r),  # "fastest that fits", "fastest; fit not measured", or None
         "speedup": r.speedup,
         "optuna_best_trial": r.optuna_best,  # what `optuna best-trial` answers (fit as a constraint)
         "command": r.command,

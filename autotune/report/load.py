@@ -15,6 +15,7 @@ from autotune.config.knobs import trainer_fidelity
 from autotune.core.space import same_param
 from autotune.errors import AutotuneError
 from autotune.report.model import (
+    WINNER_UNMEASURED,
     Report,
     RuledOut,
     TrialRow,
@@ -24,12 +25,14 @@ from autotune.report.model import (
     knob_names,
     pick_best,
     row_from_trial,
+    winner_kind,
 )
 from autotune.report.opening import DEFAULT_WORKDIR
 from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
 from autotune.report.winning import adapter_for, add_command
+from autotune.trainers import TrainerAdapter, adapter_class
 
 
 def _resolve(path: str | None, root: Path | None) -> Path | None:
@@ -91,6 +94,8 @@ def build_report(
     base: dict[str, Any] = dict(sattrs.get("baseline_params") or {})
     trainer = str(settings.get("trainer") or "unknown")
     card = dict(settings.get("card") or {})
+    if not _tiered(trainer):  # the VRAM tiers are the LTX-2 trainer's; a tier means nothing to others
+        card.pop("tier", None)
     headroom = settings.get("headroom")
     headroom = float(headroom) if isinstance(headroom, (int, float)) else None
     knobs = knob_names(settings, base)
@@ -199,6 +204,12 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any) -> Non
     best, w = report.best, report.warnings
     if best is None:
         return
+    if winner_kind(report) == WINNER_UNMEASURED:
+        w.append(
+            f"Fit not measured: the winner is the {WINNER_UNMEASURED} (no peak memory was read for it: "
+            "no GPU driver and no emulated card, or a trainer that reports no peak with the hook off). "
+            "Run on the target GPU, or on CPU pass --vram-gb N with the trial-side hook on, to judge fit."
+        )
     if best.effective_batch_changed:
         w.append(
             f"The effective batch changed: the winner trains {best.get('effective_batch')} samples per "
@@ -217,7 +228,7 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any) -> Non
     )
     w.append(
         "The trials were short runs: validation sampling and checkpoint saving were not exercised, and "
-        "a longer clip in the data can peak higher later." + keep
+        f"{_longer_input(report.trainer)} can peak higher later." + keep
     )
     if beaten is not None:
         w.append(
@@ -276,3 +287,19 @@ def _adapter_notes(report: Report) -> list[str]:
         return list(adapter_for(report).report_notes)
     except AutotuneError:
         return []
+
+
+def _tiered(trainer: str) -> bool:
+    """Whether the trainer's configs come in VRAM tiers (so the card's tier means something)."""
+    try:
+        cls = adapter_class(trainer)
+    except AutotuneError:
+        return True  # a trainer this version does not know: show what the study recorded
+    return cls.tiered
+
+
+def _longer_input(trainer: str) -> str:
+    try:
+        return adapter_class(trainer).longer_input
+    except AutotuneError:
+        return TrainerAdapter.longer_input

@@ -157,6 +157,18 @@ def row_fits(row: TrialRow, limit_gb: float | None) -> bool | None:
     return verdict.record_fits(row.record(), limit_gb)
 
 
+#: How every format names the winner: a fit that was not measured is never called a fit.
+WINNER_FITS = "fastest that fits"
+WINNER_UNMEASURED = "fastest; fit not measured"
+
+
+def winner_kind(report: Report) -> str | None:
+    """``fastest that fits`` or ``fastest; fit not measured`` for the report's winner; ``None``: none."""
+    if report.best is None:
+        return None
+    return WINNER_FITS if row_fits(report.best, report.limit_gb) is not None else WINNER_UNMEASURED
+
+
 def pick_best(
     rows: Sequence[TrialRow], fidelity: Mapping[str, Any], limit_gb: float | None
 ) -> tuple[TrialRow | None, TrialRow | None]:

@@ -110,6 +110,8 @@ def _brief(r: TrialRecord | None) -> dict[str, Any] | None:
         "samples_per_s": r.get("samples_per_s"),
         "peak_vram_gb": r.get("peak_vram_gb"),
         "fits": r.get("fits"),
+        "fit_measured": r.fit_measured,
+        "busy_host": r.busy_host,
     }
 
 
@@ -139,6 +141,10 @@ def render(info: dict[str, Any]) -> str:
         speed = f"{sps:.3g} samples/s" if isinstance(sps, (int, float)) else str(b.get("outcome"))
         peak = b.get("peak_vram_gb")
         peak_txt = f", peak {format_gb(peak)}" if isinstance(peak, (int, float)) else ""
+        if b.get("outcome") == "ok" and b.get("fit_measured") is False:  # never called a fit
+            peak_txt += " (fastest; fit not measured)" if key == "best" else ", fit not measured"
+        if b.get("busy_host"):
+            peak_txt += f"; host busy: {b['busy_host']}"
         lines.append(f"  {key}: trial {b['number']} {_params(b['params'])}: {speed}{peak_txt}")
     if info.get("ruled_out"):
         lines.append(f"  ruled out without running: {info['ruled_out']} candidate(s)")

@@ -26,8 +26,29 @@ def settings_diff(stored: Mapping[str, Any], current: Mapping[str, Any], prefix:
         a, b = stored.get(key, _MISSING), current.get(key, _MISSING)
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             lines.extend(settings_diff(a, b, name + "."))
+        elif _named(a) and _named(b):  # the knobs: say which knob differs, and how
+            lines.extend(_named_diff(a, b, name))
         elif _norm(a) != _norm(b):
             lines.append(f"{name}: the study has {_show(a)}, this run {_show(b)}")
+    return lines
+
+
+def _named(value: Any) -> bool:
+    """A list of mappings each with a unique ``name`` (like the knobs)."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, Mapping) and "name" in v for v in value):
+        return False
+    return len({str(v["name"]) for v in value}) == len(value)
+
+
+def _named_diff(stored: Any, current: Any, name: str) -> list[str]:
+    a = {str(v["name"]): v for v in stored}
+    b = {str(v["name"]): v for v in current}
+    lines = [f"{name}: {k} is in the study, not in this run" for k in a if k not in b]
+    lines += [f"{name}: {k} is in this run, not in the study" for k in b if k not in a]
+    for k in (k for k in a if k in b):
+        lines.extend(settings_diff(a[k], b[k], f"{name}.{k}."))
+    if not lines and [*a] != [*b]:
+        lines.append(f"{name}: the study has them in the order {', '.join(a)}, this run {', '.join(b)}")
     return lines
 
 

@@ -152,4 +152,5 @@ def result(
         stop_reason=why,
         reports=reports,
         wall_s=time.monotonic() - t0,
+        best_fit_measured=TrialRecord.from_trial(bt).fit_measured if bt else None,
     )

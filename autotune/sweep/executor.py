@@ -30,10 +30,12 @@ from autotune.execution.proctree import MARK_VAR, ProcessRecord
 from autotune.execution.runner import RunLimits, RunResult, output_error, run_trial
 from autotune.store.identity import ProcessIdentity
 from autotune.sweep.conclude import fastest_fitting
+from autotune.sweep.fitcheck import first_without_peak
 from autotune.sweep.measure import measure, one_line, summary
 from autotune.sweep.naming import accumulation_for, label
 from autotune.sweep.options import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TRIAL_TIMEOUT_S
 from autotune.sweep.progress import Progress
+from autotune.sweep.samecommand import earlier_same, launch_digest, reused_attrs
 from autotune.sweep.scheduler import Scheduler, Step
 from autotune.sweep.setup import Card, SweepPlan
 
@@ -69,7 +71,9 @@ class TrialExecutor:
         study = scheduler.study
         space = plan.space
         params = dict(cand.params)
-        bs = int(params.get(space.batch_knob or "batch_size", 1)) if space.batch_knob else 1
+        # No batch knob in play (a template without {batch_size}): the baseline's batch, unchanged.
+        base_bs = max(1, plan.target_effective // max(1, plan.base_ga * plan.num_gpus))
+        bs = int(params[space.batch_knob]) if space.batch_knob else base_bs
         ga, effective = accumulation_for(bs, plan.target_effective, plan.num_gpus)
         tag = uuid.uuid4().hex
         me = ProcessIdentity.current()
@@ -111,10 +115,21 @@ class TrialExecutor:
             )
             self.progress.trial_finished(trial.number, f"config_error: {one_line(str(exc))}")
             return scheduler.finish_trial(trial, attrs_end, None)
+        digest = launch_digest(spec, trial_dir)
         spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self.env})
-        attrs_end.update(TrialRecord.attrs_of(command=spec.shell_command()))
+        attrs_end.update(TrialRecord.attrs_of(command=spec.shell_command(), launch_digest=digest))
+        twin = earlier_same(study.trials(), digest, trial.number) if role == "search" else None
+        if twin is not None:  # the very command ran already: never twice in one study
+            attrs_end.update(reused_attrs(twin))
+            self.progress.trial_finished(trial.number, one_line(str(attrs_end["reason"])))
+            return scheduler.finish_trial(
+                trial, attrs_end, twin.value if twin.state == TrialState.COMPLETE else None
+            )
         scheduler.set_trial_attrs(
-            trial, TrialRecord.attrs_of(command=attrs_end["command"], trial_dir=str(trial_dir))
+            trial,
+            TrialRecord.attrs_of(
+                command=attrs_end["command"], trial_dir=str(trial_dir), launch_digest=digest
+            ),
         )
 
         limits = RunLimits(
@@ -145,6 +160,8 @@ class TrialExecutor:
         value = record.samples_per_s if record.is_ok else None
         finished = scheduler.finish_trial(trial, attrs_end, value)
         self.progress.trial_finished(trial.number, summary(attrs_end))
+        if (no_peak := first_without_peak(study, trial.number, attrs_end)) is not None:
+            self.progress.line(no_peak)
         self._update_best_line()
         if result.interrupted or self.stop.is_set():
             raise self.interrupted()
@@ -242,5 +259,8 @@ class TrialExecutor:
     def _update_best_line(self) -> None:
         best = fastest_fitting(self.scheduler.study, self.plan.space)
         if best is not None:
-            sps = TrialRecord.from_trial(best).samples_per_s or 0.0
-            self.progress.set_best(f"{sps:.3g} samples/s (trial {best.number})")
+            record = TrialRecord.from_trial(best)
+            unmeasured = "" if record.fit_measured else "; fit not measured"
+            self.progress.set_best(
+                f"{record.samples_per_s or 0.0:.3g} samples/s (trial {best.number}{unmeasured})"
+            )

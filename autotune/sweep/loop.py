@@ -206,8 +206,8 @@ class SearchLoop:
             raise BaselineFailedError(
                 f"the baseline (trial {trial.number}, the trainer's own config) ran out of memory on this "
                 f"{card.name} ({card.vram_gb:.1f} GB): nothing the trainer ships fits this card. "
-                f"{reason}. What could: --allow-extra-savers tries savers beyond the baseline (such as "
-                "lower-bit quantization), or a card with more memory. Log: " + str(log)
+                f"{reason}. What could: {_more_savers(self.plan.settings)}, or a card with more memory. "
+                "Log: " + str(log)
             )
         write_reports(self.scheduler.study, self.plan.study_dir, self.progress)
         hint = _BASELINE_HINTS.get(str(outcome), "see the log for why")
@@ -230,3 +230,15 @@ def _finished_baseline(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
         if t.state.is_finished() and record.role == "baseline" and not record.is_interrupted:
             return t
     return None
+
+
+def _more_savers(settings: Mapping[str, Any]) -> str:
+    """What saves more memory than the baseline, among the knobs the sweep has (no quantization
+    advice to a trainer that has no quantization knob)."""
+    knobs = [k for k in settings.get("knobs") or [] if isinstance(k, Mapping)]
+    savers = [
+        f"{k.get('name')} {', '.join(map(str, k['extra_savers']))}" for k in knobs if k.get("extra_savers")
+    ]
+    if savers:
+        return f"--allow-extra-savers tries savers beyond the baseline ({'; '.join(savers)})"
+    return "a knob of the trainer that saves memory (for --cmd: declared with --knob, saving values first)"

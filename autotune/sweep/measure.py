@@ -60,6 +60,8 @@ def measure(
         peak_host_rss_gb=result.peak_host_rss_gb,
         oom=oc.parse_oom(output) if outcome == Outcome.OOM else None,
     )
+    if result.busy:
+        attrs.update(TrialRecord.attrs_of(busy_host=one_line(result.busy)))
     record = {
         **metrics.to_dict(),
         **attrs,
@@ -94,12 +96,26 @@ def one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+#: A finished trial's fit, in words: an unmeasured fit is never called a fit.
+FIT_WORDS = {True: "fits", False: "over the headroom", None: "fit not measured (no peak memory reading)"}
+
+
+def step_text(record: TrialRecord) -> str:
+    """``step 0.52 s ± 0.01`` (``spread unknown`` for a single figure); empty without a step time."""
+    step, spread = record.step_time_s, record.step_time_spread_s
+    if step is None:
+        return "spread unknown" if record.spread_unknown else ""
+    return f"step {step:.3g} s ± {spread:.2g}" if spread is not None else f"step {step:.3g} s, spread unknown"
+
+
 def summary(attrs: Mapping[str, Any]) -> str:
-    """The progress line of a finished trial: its speed, peak and fit, or its outcome and why."""
+    """The progress line of a finished trial: speed, step time with its spread, peak and fit, and a
+    busy host flagged; or its outcome and why."""
     record = TrialRecord(-1, attrs=attrs)
+    busy = f"; HOST BUSY, its speed is suspect: {record.busy_host}" if record.busy_host else ""
     if record.is_ok:
         sps, peak = record.samples_per_s or 0.0, record.peak_vram_gb
-        fit = {True: "fits", False: "over the headroom", None: "fit unknown"}[record.fits]
+        steps = f" ({st})" if (st := step_text(record)) else ""
         peak_txt = f", peak {format_gb(peak)}" if peak is not None else ""
-        return f"ok: {sps:.3g} samples/s{peak_txt}, {fit}"
-    return f"{record.outcome}: {one_line(record.reason, 160)}"
+        return f"ok: {sps:.3g} samples/s{steps}{peak_txt}, {FIT_WORDS[record.fits]}{busy}"
+    return f"{record.outcome}: {one_line(record.reason, 160)}{busy}"

@@ -72,6 +72,8 @@ class SweepOptions:
     #: the baseline config's own count, where the trainer's config has one.
     full_steps: int | None = None
     trainer_options: dict[str, Any] = field(default_factory=dict)
+    #: Knobs declared with ``--knob`` (the flags as written): a ``--cmd`` trainer's own knobs.
+    knobs: list[str] = field(default_factory=list)
     #: A knob file to use instead of ``configs/knobs/<trainer>.yaml`` (tests, custom trainers).
     knob_file: Path | None = None
     #: How long to wait after a trial for the GPU's memory to come back to its pre-trial level.
@@ -110,6 +112,7 @@ class SweepResult:
     stop_reason: str
     reports: list[Path]
     wall_s: float
+    best_fit_measured: bool | None = None  # False: the winner is only the fastest (no peak read)
 
 
 # --- options stored on the study, for ``autotune worker`` -------------------------------------------

@@ -40,6 +40,7 @@ from autotune.store.storage import open_storage
 from autotune.store.study import CARD_GB_ATTR
 from autotune.sweep import conclude
 from autotune.sweep.executor import TrialExecutor
+from autotune.sweep.fitcheck import check_fit
 from autotune.sweep.loop import Interrupt, LoopStop, SearchLoop
 from autotune.sweep.naming import label
 from autotune.sweep.options import SweepOptions, SweepResult
@@ -179,13 +180,22 @@ class SweepSession:
         study.set_attr("effective_batch", plan.target_effective)
         study.set_attr(CARD_GB_ATTR, plan.card.vram_gb)  # exact (the settings round it): fit constraints
         done = study.counted_trials()
+        fit = check_fit(plan)
         self.progress.line(
             f"autotune sweep: study {plan.study_name!r} in {plan.storage_url}"
             + (f" (resuming: {done} trial{'s' if done != 1 else ''} done)" if done else "")
             + f"; trainer {opts.trainer}, card {card.name}"
             + ("" if card.name.startswith(("emulated", "planned")) else f" ({format_gb(card.vram_gb)})")
-            + f": fits at <= {format_gb((1 - opts.headroom) * card.vram_gb)} ({opts.headroom:.0%} headroom)"
+            + f": {fit.banner((1 - opts.headroom) * card.vram_gb, opts.headroom)}"
         )
+        if (warning := fit.warning()) is not None:
+            self.progress.line(warning)
+        if plan.knobs_left_out:
+            swept = ", ".join(plan.space.names) or "none: the baseline alone runs"
+            self.progress.line(
+                f"knobs swept: {swept}; not swept, as the command never receives them: "
+                f"{', '.join(plan.knobs_left_out)} (name one in the template, or its key in --config, to sweep it)"
+            )
         if card.emulation:
             self.progress.line(f"card {card.emulation}")
         return scheduler, claimed

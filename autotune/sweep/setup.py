@@ -9,7 +9,7 @@ the card is looked at, and the tier gate before anything is written.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,7 +18,8 @@ from optuna.distributions import BaseDistribution
 
 from autotune.config.knobs import knob_path as knob_file_path
 from autotune.config.knobs import read_knob_file
-from autotune.core.space import Candidate, Space
+from autotune.core.knobflag import FLAG, DeclaredKnob, parse_knobs
+from autotune.core.space import Candidate, Knob, Space, normalize_value, same_param
 from autotune.core.strategy import Observation, Strategy, Verdict
 from autotune.core.units import format_gb
 from autotune.errors import AutotuneError, NvmlUnavailable, UsageError
@@ -84,20 +85,24 @@ class SweepPlan:
     storage_url: str
     study_name: str
     workdir: Path
+    #: Knobs of the trainer's knob file the command never receives (``knobs_in_play``): not swept.
+    knobs_left_out: tuple[str, ...] = ()
+    nvml_error: str | None = None  # why there is no NVML (the driver's own words), for the fit check
 
     @property
     def study_dir(self) -> Path:
         return self.workdir / self.study_name
 
 
-def open_nvml_for(nvml: Nvml | bool | None) -> Nvml | None:
-    """``True``: the driver's NVML (None without one); an ``Nvml``: that one; else none."""
+def open_nvml_for(nvml: Nvml | bool | None) -> tuple[Nvml | None, str | None]:
+    """``True``: the driver's NVML (None without one); an ``Nvml``: that one; else none.
+    With it, why there is none (``NvmlUnavailable``'s reason), for the fit check to say."""
     if nvml is True:
         try:
-            return open_nvml()
-        except NvmlUnavailable:
-            return None
-    return nvml or None
+            return open_nvml(), None
+        except NvmlUnavailable as exc:
+            return None, str(exc)
+    return (nvml or None), (None if nvml else "turned off for this sweep")
 
 
 def plan_sweep(
@@ -122,10 +127,13 @@ def plan_sweep(
     options = dict(opts.trainer_options)
     if opts.cmd is not None:
         options.setdefault("template", opts.cmd)
+    declared = declared_knobs(opts)
+    if declared:
+        options["knobs"] = [k.name for k in declared]
     hook = {"hook": opts.hook} if adapter_class(opts.trainer).takes_hook and "hook" not in options else {}
     adapter = get_adapter(opts.trainer, **options, **hook)
     baseline = adapter.load_baseline(opts.config)
-    nvml = open_nvml_for(nvml_arg)
+    nvml, nvml_error = open_nvml_for(nvml_arg)
     card = pick_card(opts, adapter, baseline, nvml, pin=pin)
     if opts.vram_gb is not None:
         baseline = adapter.with_emulated_vram(baseline, opts.vram_gb)
@@ -133,6 +141,7 @@ def plan_sweep(
 
     base_params = adapter.baseline_params(baseline)
     base_ga = int(base_params.pop("gradient_accumulation_steps", 1) or 1)
+    base_params.update(declared_baseline(declared, base_params))
     num_gpus = max(1, baseline.num_gpus)
     target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
     max_bs = opts.max_batch_size or DEFAULT_MAX_BATCH_SIZE
@@ -145,15 +154,19 @@ def plan_sweep(
 
     knob_path = opts.knob_file or knob_file_path(adapter.knob_file)
     knob_data = read_knob_file(knob_path)
-    space = Space.from_mapping(
+    full = Space.from_mapping(
         knob_data, source=str(knob_path), max_batch_size=max_bs, allow_extra_savers=opts.allow_extra_savers
     )
-    knobs = st.knob_defs(knob_data)
+    space = space_in_play(full, adapter, baseline, declared)
+    knobs = [k for k in st.knob_defs(knob_data) if k.name in space.names]
+    knobs += [st.KnobDef(name=k.name, values=k.values) for k in declared]
     dists = st.distributions(knobs, max_bs)
+    base_params = {name: base_params[name] for name in space.names}
     base_cand = space.candidate(base_params)
     strategy = strategy_factory(space, base_cand, card.vram_gb, opts.headroom)
 
     steps = opts.steps or DEFAULT_STEPS
+    adapter.check_steps(steps)
     settings = {
         "trainer": opts.trainer,
         "config_path": str(baseline.path) if baseline.path else None,
@@ -173,6 +186,7 @@ def plan_sweep(
         "keep_effective_batch": opts.keep_effective_batch,
         "allow_extra_savers": opts.allow_extra_savers,
         "card": card.as_setting(),
+        **({"declared_knobs": [k.spec for k in declared]} if declared else {}),
         # How the trainer is launched (--cmd's template, --trainer-dir): part of what the sweep is.
         "trainer_options": {k: str(v) for k, v in sorted(options.items())},
     }
@@ -205,7 +219,69 @@ def plan_sweep(
         storage_url=storage_url,
         study_name=study_name,
         workdir=workdir,
+        knobs_left_out=tuple(n for n in full.names if n not in space.names),
+        nvml_error=nvml_error,
     )
+
+
+def declared_knobs(opts: SweepOptions) -> list[DeclaredKnob]:
+    """The sweep's ``--knob`` flags, parsed; only a template trainer (``--cmd``) takes them."""
+    if not opts.knobs:
+        return []
+    from autotune.trainers import adapter_class
+
+    declared = parse_knobs(opts.knobs)
+    if not adapter_class(opts.trainer).takes_template:
+        raise UsageError(
+            f"{FLAG} declares a knob of a trainer run through --cmd; trainer {opts.trainer!r} has its own "
+            f"knob set. Drop {FLAG}, or sweep through --cmd 'python train.py ... {{{declared[0].name}}}'"
+        )
+    return declared
+
+
+def declared_baseline(declared: Sequence[DeclaredKnob], found: Mapping[str, Any]) -> dict[str, Any]:
+    """The baseline's value of each declared knob: the config's (key NAME) when it has one, which
+    must be a listed value; else the memory-saving end (the first value)."""
+    out: dict[str, Any] = {}
+    for k in declared:
+        if k.name not in found:
+            out[k.name] = k.values[0]
+            continue
+        value = found[k.name]
+        try:
+            value = normalize_value(value)
+        except AutotuneError:
+            value = str(value)
+        match = next((v for v in k.values if same_param(v, value) and type(v) is type(value)), None)
+        if match is None:
+            raise UsageError(
+                f"{FLAG} {k.spec!r}: the baseline config holds {k.name}: {value!r}, which is not one of "
+                f"its values; add it to the list (in its place from memory-saving to memory-hungry)"
+            )
+        out[k.name] = match
+    return out
+
+
+def space_in_play(
+    full: Space, adapter: TrainerAdapter, baseline: Baseline, declared: Sequence[DeclaredKnob]
+) -> Space:
+    """The knobs the trainer really receives (``knobs_in_play``), then the declared ones: no knob
+    the command never sees is varied, shown or used to break a tie."""
+    clash = [k.name for k in declared if k.name in full.names]
+    if clash:
+        raise UsageError(
+            f"{FLAG} {clash[0]}: {adapter.label} already has a knob of that name (its knobs: "
+            f"{', '.join(full.names)}); give your knob another name"
+        )
+    names = [*full.names, *(k.name for k in declared)]
+    in_play = set(adapter.knobs_in_play(baseline, names))
+    unused = [k.name for k in declared if k.name not in in_play]
+    if unused:
+        raise UsageError(
+            f"{FLAG} {unused[0]}: the command never receives it: the template has no {{{unused[0]}}} "
+            f"and the --config file no key {unused[0]}; put {{{unused[0]}}} in --cmd, or drop the {FLAG}"
+        )
+    return full.restricted(in_play, extra=[Knob(k.name, k.values) for k in declared])
 
 
 def pick_card(
@@ -272,11 +348,7 @@ def _card(opts: SweepOptions, adapter: TrainerAdapter, baseline: Baseline, nvml:
 def emulation_note(adapter: TrainerAdapter, gb: float, gpus: Sequence[tuple[int, str, int]]) -> str:
     """How a ``gb`` card is emulated for this adapter's trials, in one sentence (or why it is not)."""
     who = (
-        adapter.label
-        if adapter.emulates_vram
-        else "the trial-side hook"
-        if adapter.emulates_card()
-        else None
+        adapter.label if adapter.emulates_vram else "the trial-side hook" if adapter.emulates_card() else None
     )
     card = f"{format_gb(gb)} card"
     if gpus:

@@ -29,7 +29,7 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -110,6 +110,12 @@ class TrainerAdapter(ABC):
         YAML-driven ones only the path.
         """
 
+    def check_steps(self, steps: int) -> None:
+        """Raise ``UsageError`` when trials of ``steps`` optimizer steps are too short for this
+        trainer's numbers to give a steady step time (the message says how many are needed).
+        By default any number will do."""
+        return None
+
     def max_batch_size(self, baseline: Baseline) -> int | None:
         """The largest per-GPU batch the trainer can run with this baseline (None: no known limit)."""
         return None
@@ -150,10 +156,24 @@ class TrainerAdapter(ABC):
     takes_hook: ClassVar[bool] = False
     #: This adapter injects the hook (set from the ``hook`` option by adapters that take it).
     hook: bool = False
+    #: The trainer's configs come in VRAM tiers (``configs/tiers.yaml``), so the report names the
+    #: card's tier; to any other trainer a tier like ``below-32GB`` means nothing.
+    tiered: ClassVar[bool] = False
+    #: What in this trainer's data can make a longer run peak higher than a short trial (the
+    #: report's short-runs warning): a video trainer's clips, anyone's larger samples.
+    longer_input: ClassVar[str] = "a longer or larger sample in the data"
     #: Warnings the report adds about how this trainer measures itself (one sentence each).
     report_notes: ClassVar[tuple[str, ...]] = ()
     #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
     config_suffix: ClassVar[str] = ".yaml"
+    #: The adapter takes a ``launcher`` option, the argv that runs Python (``--trainer-python PATH``).
+    takes_trainer_python: ClassVar[bool] = False
+
+    def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
+        """Which of the knob file's ``names`` this trainer really receives with this baseline: the
+        sweep varies, shows and judges only those (a template trainer names its own; the others
+        receive them all)."""
+        return list(names)
 
     def launch_folder(self) -> Path | None:
         """The folder this adapter's trials run in when it is fixed by how the adapter was made

@@ -6,6 +6,9 @@ template or a value stays a literal argument. Placeholders: the study's params
 (the knob names), ``{config}`` (the rendered YAML), ``{steps}``,
 ``{gradient_accumulation_steps}``, ``{trial_dir}``; ``{{``/``}}`` are literal braces.
 An unknown placeholder is a ``UsageError`` when the adapter is made, before anything runs.
+A template written as a launcher (``export`` lines, ``cd DIR &&``, ``NAME=value`` prefixes,
+``$VAR``) is read by ``autotune.config.shellscript`` instead, still without a shell: its
+exports become the trials' environment, ``cd DIR`` their folder (``read_template``).
 
 ``{config}``: the baseline config (``--config``) with the knobs written into the keys
 named by ``config_keys`` (by default LTX-2's keys when the file has an
@@ -13,24 +16,31 @@ named by ``config_keys`` (by default LTX-2's keys when the file has an
 Metrics: ``AUTOTUNE_METRICS_FILE`` first, then the LTX-2 statistics block and Step lines, the
 hook, and the formats trainers print (``readers.chain``: Hugging Face ``Trainer`` log dicts,
 ``iter N: loss X, time Yms`` lines, the training tqdm bar, Lightning's bar).
+
+Knobs: only those the command receives are swept (``knobs_in_play``): a ``{placeholder}`` of
+the template, or a key the ``{config}`` file holds. Knobs declared with ``--knob NAME=...``
+(the ``knobs`` option) are placeholders too, and config keys where the baseline config has
+them; an unknown placeholder's error says how to declare one.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import string
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 
+from autotune.config.shellscript import parse_launch_script, uses_shell_syntax
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec
+from autotune.execution.launch import LaunchSpec, env_prefix
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
@@ -100,11 +110,34 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _declared_names(option: Any) -> tuple[str, ...]:
+    """The ``knobs`` option: names of knobs declared with ``--knob`` (the sweep passes them)."""
+    if option is None:
+        return ()
+    if isinstance(option, str):
+        option = [option]
+    names = tuple(option) if isinstance(option, (list, tuple)) else None
+    if names is None or not all(isinstance(n, str) and n for n in names):
+        raise UsageError(f"the command adapter's 'knobs' option must list knob names, got {option!r}")
+    clash = sorted(set(names) & {*KNOBS, *EXTRA_PLACEHOLDERS})
+    if clash:
+        raise UsageError(
+            f"--knob {clash[0]}: that name is a built-in placeholder; give your knob another name"
+        )
+    return names
+
+
+def _has_key(data: Any, key: str) -> bool:
+    missing = object()
+    return isinstance(data, Mapping) and get_dotted(data, key, missing) is not missing
+
+
 class CommandAdapter(TrainerAdapter):
     """Options: ``template`` (the command, required), ``cwd`` (where it runs; default the current
     folder), ``config_keys`` (param -> dotted key in the config, also for ``steps`` and
     ``gradient_accumulation_steps``), ``hook`` (inject the trial-side hook: step times, memory,
-    losses, real batches, the ``--vram-gb`` card; default on)."""
+    losses, real batches, the ``--vram-gb`` card; default on), ``knobs`` (names declared with
+    ``--knob``: placeholders too, and config keys where the baseline config has them)."""
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
@@ -113,27 +146,29 @@ class CommandAdapter(TrainerAdapter):
     takes_hook: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("template", "cwd", "config_keys", "hook"))
+        take_options(options, self.name, ("template", "cwd", "config_keys", "hook", "knobs"))
         template = options.get("template")
         if not isinstance(template, str) or not template.strip():
             raise UsageError(
                 "trainer 'command' needs a command template: --cmd 'python train.py --config {config} "
                 "--batch-size {batch_size} --steps {steps}'"
             )
-        try:
-            self.argv = shlex.split(template)
-        except ValueError as exc:
-            raise UsageError(f"cannot split the command template {template!r}: {exc}") from None
+        self.argv, self.script_env, script_cwd = read_template(template)
         self.template = template
-        known = [*KNOBS, *EXTRA_PLACEHOLDERS]
+        self.declared = _declared_names(options.get("knobs"))
+        known = [*KNOBS, *self.declared, *EXTRA_PLACEHOLDERS]
         unknown = sorted(set(placeholders(self.argv)) - set(known))
         if unknown:
+            shown = ", ".join("{" + u + "}" for u in unknown)
             raise UsageError(
-                f"unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)} in the command template; "
-                f"known ones: {', '.join('{' + k + '}' for k in known)}"
+                f"unknown placeholder(s) {shown} in the command template; known ones: "
+                f"{', '.join('{' + k + '}' for k in known)}. A knob of your own trainer is declared with "
+                f"--knob NAME=v1,v2,... (values from memory-saving to memory-hungry) or --knob NAME=int:LO..HI, "
+                f"e.g. --knob {unknown[0]}=VALUE1,VALUE2"
             )
         cwd = options.get("cwd")
-        self.cwd = Path(cwd).resolve() if cwd else Path.cwd()
+        # The cwd option wins (a report rebuilds the adapter with the folder the trials ran in).
+        self.cwd = Path(cwd or script_cwd or ".").expanduser().resolve()
         keys = options.get("config_keys")
         if keys is not None:
             if not isinstance(keys, Mapping):
@@ -150,6 +185,12 @@ class CommandAdapter(TrainerAdapter):
         if config is None:
             return Baseline(trainer=self.name, text="", data={})
         text = read_config_text(Path(config))
+        if Path(config).suffix in (".sh", ".bash"):
+            raise ConfigError(
+                f"{config}: --config is the YAML config that {{config}} receives; a launcher script is "
+                f'the command itself: pass it as --cmd "$(cat {config})" (its exports, cd and $VARs '
+                "are read without a shell), with {batch_size}-style placeholders where knobs go"
+            )
         data = load_yaml(text, str(config))
         if data is None:
             data = {}
@@ -158,12 +199,29 @@ class CommandAdapter(TrainerAdapter):
         return Baseline(trainer=self.name, text=text, data=data, path=Path(config))
 
     def _keys(self, baseline: Baseline) -> dict[str, str]:
+        """Param -> dotted config key the rendered ``{config}`` writes it to. A declared knob
+        (``--knob NAME=...``) is written to key NAME only where the baseline config has it."""
+        declared = {n: n for n in self.declared if _has_key(baseline.data, n)}
         if self.config_keys is not None:
-            return self.config_keys
+            return {**declared, **self.config_keys}
         if isinstance(baseline.data.get("optimization"), Mapping):
-            return LTX2_CONFIG_KEYS
+            return {**declared, **LTX2_CONFIG_KEYS}
         # A flat record (what this adapter writes with no baseline config): the params by name.
-        return {k: k for k in LTX2_CONFIG_KEYS if isinstance(baseline.data, Mapping) and k in baseline.data}
+        return {**declared, **{k: k for k in LTX2_CONFIG_KEYS if _has_key(baseline.data, k)}}
+
+    def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
+        """The knobs the command really receives: a ``{placeholder}`` of the template, or, when the
+        template passes ``{config}``, a key the config holds (or ``config_keys`` names). With no
+        ``--config``, ``{config}`` is a flat YAML that holds every knob: all are received."""
+        used = set(placeholders(self.argv))
+        via_config: set[str] = set()
+        if "config" in used and not baseline.text:
+            return list(names)
+        if "config" in used:
+            keys = self._keys(baseline)
+            explicit = set(self.config_keys or ())
+            via_config = {n for n, key in keys.items() if n in explicit or _has_key(baseline.data, key)}
+        return [n for n in names if n in used or n in via_config]
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
         """Values the baseline config holds under ``config_keys``; else the memory-saving end."""
@@ -179,20 +237,23 @@ class CommandAdapter(TrainerAdapter):
             value = get_dotted(baseline.data, key, missing)
             if param == "steps" or value is missing:
                 continue
-            out[param] = to_study_value(value) if param == "quantization" else value
+            out[param] = to_study_value(value) if param in ("quantization", *self.declared) else value
         return out
 
     def _params(self, baseline: Baseline, params: Params, gradient_accumulation_steps: int) -> dict[str, Any]:
-        check_params(params, KNOBS, self.name)
+        check_params(params, (*KNOBS, *self.declared), self.name)
         check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
         merged = {**self.baseline_params(baseline), **params}
         merged["gradient_accumulation_steps"] = gradient_accumulation_steps
         check_positive_int("batch_size", merged["batch_size"])
         return merged
 
-    def _config_text(self, baseline: Baseline, values: Mapping[str, Any], steps: int | None) -> str:
-        if not baseline.text:
-            record = {k: values[k] for k in (*KNOBS, "gradient_accumulation_steps")}
+    def _config_text(
+        self, baseline: Baseline, values: Mapping[str, Any], steps: int | None, knobs: Collection[str]
+    ) -> str:
+        if not baseline.text:  # the knobs the trial was given (the ones in play), by name
+            record = {k: values[k] for k in (*KNOBS, *self.declared) if k in knobs}
+            record["gradient_accumulation_steps"] = values["gradient_accumulation_steps"]
             if steps is not None:
                 record["steps"] = steps
             return yaml.safe_dump(record, sort_keys=False)
@@ -204,7 +265,7 @@ class CommandAdapter(TrainerAdapter):
                 value: Any = steps
             else:
                 value = values[param]
-                if param == "quantization":
+                if param == "quantization":  # a declared knob's value is written as listed
                     value = from_study_value(value)
             if not cfg.has(key) or not same_value(cfg.get(key), value):
                 cfg.set(key, value)
@@ -231,7 +292,7 @@ class CommandAdapter(TrainerAdapter):
         values = self._params(baseline, params, gradient_accumulation_steps)
         trial_dir.mkdir(parents=True, exist_ok=True)
         config_path = trial_dir / "config.yaml"
-        config_path.write_text(self._config_text(baseline, values, steps), encoding="utf-8")
+        config_path.write_text(self._config_text(baseline, values, steps, params), encoding="utf-8")
         argv = self._fill({**values, "config": config_path, "steps": steps, "trial_dir": trial_dir})
         gpus = max(1, baseline.num_gpus)
         write_trial_record(
@@ -244,7 +305,7 @@ class CommandAdapter(TrainerAdapter):
             steps=steps,
             argv=argv,
         )
-        env = {"PYTHONUNBUFFERED": "1", "COLUMNS": "250", **metrics_env(trial_dir)}
+        env = {"PYTHONUNBUFFERED": "1", "COLUMNS": "250", **self.script_env, **metrics_env(trial_dir)}
         if self.hook:
             env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
         return LaunchSpec(argv=tuple(argv), cwd=self.cwd, env=env)
@@ -267,7 +328,8 @@ class CommandAdapter(TrainerAdapter):
             return TrialMetrics()
 
     def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
-        return self._config_text(baseline, self._params(baseline, params, gradient_accumulation_steps), None)
+        values = self._params(baseline, params, gradient_accumulation_steps)
+        return self._config_text(baseline, values, None, params)
 
     def baseline_steps(self, baseline: Baseline) -> int | None:
         """The full run's step count the baseline config holds (under ``config_keys``' ``steps``), if any."""
@@ -303,7 +365,10 @@ class CommandAdapter(TrainerAdapter):
             values["trial_dir"] = Path(trial_dir).resolve()
         if complete:
             self._refuse_holes(values)
-        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self._fill(values))}"
+        env = env_prefix(self.script_env)
+        return (
+            f"cd {shlex.quote(str(self.cwd))} && {env + ' ' if env else ''}{shlex.join(self._fill(values))}"
+        )
 
     def _refuse_holes(self, values: Mapping[str, Any]) -> None:
         holes = [name for name in dict.fromkeys(placeholders(self.argv)) if name not in values]
@@ -319,3 +384,17 @@ class CommandAdapter(TrainerAdapter):
             f"{{{name}}} needs {why.get(name, 'a value the sweep did not record')}" for name in holes
         )
         raise UsageError(f"a placeholder of the command template would stay unfilled: {reasons}")
+
+
+def read_template(template: str) -> tuple[list[str], dict[str, str], str | None]:
+    """(argv, env, cwd) of a template. A plain command line is split with ``shlex`` and nothing
+    else (``x;y`` stays one argument); one written as a launcher (``export`` lines, ``cd DIR &&``,
+    ``NAME=value`` prefixes, ``$VAR``) is read by ``config.shellscript``: its exports become the
+    trials' environment and ``$VAR`` is expanded, never passed on literally."""
+    if uses_shell_syntax(template):
+        script = parse_launch_script(template, "--cmd", os.environ)
+        return script.argv, script.env, script.cwd
+    try:
+        return shlex.split(template), {}, None
+    except ValueError as exc:
+        raise UsageError(f"cannot split the command template {template!r}: {exc}") from None

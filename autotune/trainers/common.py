@@ -92,14 +92,23 @@ def effective_batch_of(record: Mapping[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+#: Fields that travel with ``step_time_s`` in a merge: they describe the same series of steps.
+_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s")
+
+
 def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:
     """Field by field, the first reading that has a value wins; sources are listed in order.
 
     Losses: a reading that saw a non-finite loss wins over the others (any reader's NaN
     makes the trial ``nan``)."""
     merged = TrialMetrics()
+    # A spread belongs to the step time it was measured with: never one reader's time, another's spread.
+    timed = next((r for r in readings if r.step_time_s is not None), None)
     for f in fields(TrialMetrics):
         if f.name == "source":
+            continue
+        if timed is not None and f.name in _WITH_STEP_TIME:
+            setattr(merged, f.name, getattr(timed, f.name))
             continue
         if f.name == "losses" and (diverged := [r for r in readings if r.nan_loss]):
             merged.losses = list(diverged[0].losses)

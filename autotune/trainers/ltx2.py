@@ -18,9 +18,10 @@ from typing import Any, ClassVar
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
+from autotune.core.timing import WARMUP_STEPS
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec
+from autotune.execution.launch import LaunchSpec, check_program
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
@@ -37,8 +38,9 @@ from autotune.trainers.common import (
     write_trial_record,
 )
 from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
+from autotune.trainers.ltx2_data import data_sources
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.readers.ltx2log import parse_ltx2_output
+from autotune.trainers.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 
 #: Study param -> the config key it sets.
@@ -65,9 +67,17 @@ _MAX_LOG_BYTES = 32 * 1024 * 1024
 
 
 def short_run_recipe(steps: int, trial_dir: Path) -> list[tuple[str, Any]]:
-    """The keys a short trial overrides: no validation, samples, checkpoints, W&B or hub; own output dir."""
+    """The keys a short trial overrides: no validation, samples, checkpoints, W&B or hub; own output dir.
+
+    ``checkpoints.no_resume``: a baseline whose ``model.load_checkpoint`` names a checkpoint with a
+    ``training_state_step_N.pt`` beside it would otherwise resume at step N and train ``steps - N``
+    steps, or die with "No remaining training steps" (trainer.py:181-186, 527-566). With it the
+    trainer still loads those weights (trainer.py:484-504) but starts from step 0 with a fresh
+    optimizer and scheduler.
+    """
     return [
         (STEPS_KEY, steps),
+        ("checkpoints.no_resume", True),
         ("validation.interval", None),
         ("validation.skip_initial_validation", True),
         ("validation.samples", []),
@@ -112,7 +122,8 @@ def finish_metrics(
 class Ltx2Adapter(TrainerAdapter):
     """Options: ``trainer_dir`` (the LTX-2 checkout or ``packages/ltx-trainer``; found from the
     config's or the current folder when omitted), ``launcher`` (argv that runs Python, default
-    ``["uv", "run", "python"]``; e.g. ``["/path/venv/bin/python"]``), ``accelerate_config``
+    ``["uv", "run", "python"]``; e.g. ``["/path/venv/bin/python"]``, the CLI's ``--trainer-python``;
+    its program is checked when the adapter is made), ``accelerate_config``
     (``ddp``, ``fsdp``, a path, or ``none``; default ddp for LoRA, fsdp for full fine-tuning,
     used with several GPUs), ``hook`` (inject the trial-side hook: step times, memory, losses, real
     batches, the ``--vram-gb`` card; default on)."""
@@ -122,8 +133,11 @@ class Ltx2Adapter(TrainerAdapter):
     #: The real trainer knows every section of the recipe, so missing ones are added.
     create_missing_sections: ClassVar[bool] = True
     label: ClassVar[str] = "the LTX-2 trainer"
+    takes_trainer_python: ClassVar[bool] = True
     plan_baselines: ClassVar[bool] = True
     loads_model_paths: ClassVar[bool] = True
+    longer_input: ClassVar[str] = "a longer clip in the data"
+    tiered: ClassVar[bool] = True
     needs_tier_gate: ClassVar[bool] = True
     takes_hook: ClassVar[bool] = True
     report_notes: ClassVar[tuple[str, ...]] = (
@@ -143,9 +157,26 @@ class Ltx2Adapter(TrainerAdapter):
             raise UsageError(
                 f"launcher must be a non-empty list of strings, like ['/path/venv/bin/python']; got {launcher!r}"
             )
-        self.launcher: list[str] | None = list(launcher) if launcher is not None else None
+        self.launcher: list[str] | None = (
+            [check_program(launcher[0], "trainer python"), *launcher[1:]] if launcher is not None else None
+        )
         self.accelerate_config: str | None = options.get("accelerate_config")
         self.hook = hook_option(options, self.name)
+
+    #: Without the hook a trial's speed comes from the trainer's ``Step`` lines (every 20 steps).
+    times_from_step_lines: ClassVar[bool] = True
+
+    def check_steps(self, steps: int) -> None:
+        """Refuse a ``--steps`` too short for a steady step time when only ``Step`` lines time it."""
+        if self.hook or not self.times_from_step_lines or steps >= MIN_STEPS_FOR_STEP_LINES:
+            return
+        raise UsageError(
+            f"--steps {steps} is too short to time {self.label} without the hook: it prints a Step line "
+            f"only every {STEP_LINE_EVERY} optimizer steps, each timing one micro-step, and the lines "
+            f"up to step {WARMUP_STEPS} are warm-up; a steady step time with a spread needs two lines "
+            f"past it, so pass --steps {MIN_STEPS_FOR_STEP_LINES} or more (or run the trials with the "
+            "trial-side hook, which times every optimizer step)"
+        )
 
     # --- baseline ------------------------------------------------------------------------------
 
@@ -218,7 +249,8 @@ class Ltx2Adapter(TrainerAdapter):
         if limit is not None and batch > limit[0]:
             raise CandidateRefused(
                 f"batch_size {batch} needs at least {batch * max(1, baseline.num_gpus)} preprocessed samples "
-                f"({batch} per GPU x {max(1, baseline.num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]}: "
+                f"({batch} per GPU x {max(1, baseline.num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]} "
+                f"(.pt files found in each of {', '.join(d + '/' for d in data_sources(baseline.data))}): "
                 "the LTX-2 trainer would die with StopIteration. Preprocess more samples or cap "
                 "--max-batch-size."
             )
@@ -306,10 +338,9 @@ class Ltx2Adapter(TrainerAdapter):
         return limit[0] if limit else None
 
     def _sample_limit(self, baseline: Baseline, cwd: Path) -> tuple[int, Path, int] | None:
-        """(largest per-GPU batch, latents folder, sample count) when the preprocessed data is here."""
+        """(largest per-GPU batch, data root, sample count) when the preprocessed data is here."""
         root = get_dotted(baseline.data, "data.preprocessed_data_root", None)
-        latents_name = get_dotted(baseline.data, "training_strategy.video.latents_dir", "latents")
-        return sample_limit(root, latents_name, cwd, baseline.num_gpus)
+        return sample_limit(root, data_sources(baseline.data), cwd, baseline.num_gpus)
 
     # --- reading -------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import UsageError
+from autotune.trainers.ltx2_data import count_samples
 
 TRAIN_SCRIPT = "scripts/train.py"
 TRAINER_SUBDIR = "packages/ltx-trainer"
@@ -45,18 +46,19 @@ def find_trainer_package(trainer_dir: Path | None, hints: Iterable[Path]) -> Pat
     )
 
 
-def sample_limit(root: Any, latents_name: Any, cwd: Path, num_gpus: int) -> tuple[int, Path, int] | None:
-    """(largest per-GPU batch, latents folder, sample count) when the preprocessed data under
-    ``root`` (relative to the trainer's ``cwd``) is on this machine; None when it is not."""
+def sample_limit(root: Any, sources: list[str], cwd: Path, num_gpus: int) -> tuple[int, Path, int] | None:
+    """(largest per-GPU batch, data root, sample count) when the preprocessed data under ``root``
+    (relative to the trainer's ``cwd``) is on this machine with every folder in ``sources``; None
+    when it is not. Samples are counted as the trainer counts them (``ltx2_data.count_samples``)."""
     if not isinstance(root, str) or not root:
         return None
-    if not isinstance(latents_name, str):
-        latents_name = "latents"
-    latents = (cwd / Path(root).expanduser()) / latents_name
+    folder = cwd / Path(root).expanduser()
     try:
-        if not latents.is_dir():
+        if not folder.is_dir():
             return None
-        count = sum(1 for p in latents.rglob("*") if p.is_file() and not p.name.startswith("."))
     except OSError:
         return None
-    return count // max(1, num_gpus), latents, count
+    count = count_samples(folder, sources)
+    if count is None:
+        return None
+    return count // max(1, num_gpus), folder, count

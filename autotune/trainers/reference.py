@@ -40,9 +40,11 @@ class ReferenceAdapter(Ltx2Adapter):
     config_sections: ClassVar[tuple[str, ...]] = ("reference",)
     loads_model_paths: ClassVar[bool] = False  # synthetic latents: no model, no data
     single_device: ClassVar[bool] = True
+    longer_input: ClassVar[str] = "a longer clip in the data"
     needs_tier_gate: ClassVar[bool] = False  # any card: it is the demo
     emulates_vram: ClassVar[bool] = True
     report_notes: ClassVar[tuple[str, ...]] = ()  # it reports torch's own peak, not nvidia-smi's
+    times_from_step_lines: ClassVar[bool] = False  # its metrics file times every step
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "accelerate_config", "hook"))

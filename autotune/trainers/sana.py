@@ -10,9 +10,11 @@ The baseline is the user's command, in either of two forms:
       args: [--pretrained_model_name_or_path=..., --train_batch_size=1, --mixed_precision=bf16]
       env: {HF_HOME: /data/hf}                # optional
 
-* a shell command line (``cd DIR && [VAR=value ...] python train.py --flag value ...``,
-  backslash continuations and comments allowed), which is also what ``final_config``
-  writes: the trainer's own format is its command.
+* a launcher script as READMEs write it (``export MODEL_NAME=...`` lines, ``$MODEL_NAME``,
+  ``cd DIR &&``, ``VAR=value`` prefixes, backslash continuations, comments), read without a
+  shell by ``autotune.config.shellscript``: its exports become the trial's environment, and
+  what needs a shell is refused naming the line. It is also what ``final_config`` writes:
+  the trainer's own format is its command.
 
 These trainers print no memory figures: peak VRAM and step times come from the
 trial-side hook; the step time may also come from tqdm's rate, the loss from its postfix.
@@ -21,7 +23,7 @@ trial-side hook; the step time may also come from tqdm's rate, the loss from its
 from __future__ import annotations
 
 import json
-import re
+import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,11 +31,12 @@ from typing import Any, ClassVar
 
 import yaml
 
+from autotune.config.shellscript import parse_launch_script
 from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec, is_secret_name, redacted_env
+from autotune.execution.launch import LaunchSpec, check_program, env_prefix, is_secret_name, redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
@@ -151,6 +154,7 @@ class SanaAdapter(TrainerAdapter):
     name: ClassVar[str] = "sana"
     knob_file: ClassVar[str] = "sana.yaml"
     label: ClassVar[str] = "the Sana trainer"
+    takes_trainer_python: ClassVar[bool] = True
     #: ``final_config`` writes the training command as a shell script.
     config_suffix: ClassVar[str] = ".sh"
     takes_hook: ClassVar[bool] = True
@@ -160,7 +164,11 @@ class SanaAdapter(TrainerAdapter):
         launcher = options.get("launcher")
         if launcher is not None and (isinstance(launcher, str) or not launcher):
             raise UsageError(f"launcher must be a non-empty list of strings; got {launcher!r}")
-        self.launcher: list[str] | None = [str(a) for a in launcher] if launcher else None
+        self.launcher: list[str] | None = (
+            [check_program(str(launcher[0]), "trainer python"), *(str(a) for a in launcher[1:])]
+            if launcher
+            else None
+        )
         self.hook = hook_option(options, self.name)
 
     def load_baseline(self, config: Path | None) -> Baseline:
@@ -288,8 +296,7 @@ class SanaAdapter(TrainerAdapter):
             record = read_trial_record(trial_dir)
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            tqdm_time, losses = parse_tqdm(read_output(trial_dir, output))
-            tqdm = TrialMetrics(step_time_s=tqdm_time, losses=losses, source="tqdm")
+            tqdm = read_tqdm(read_output(trial_dir, output)) or TrialMetrics()  # time, spread and losses
             merged = merge_metrics(hook, file_metrics, tqdm)
             counted = real_samples_per_s(hook, file_metrics)
             return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
@@ -310,10 +317,7 @@ class SanaAdapter(TrainerAdapter):
         secret = [k for k in record["env"] if is_secret_name(k)]
         if secret:  # never written: the script reads them from the environment it runs in
             lines.append(f"# Not written here (secrets): export {', '.join(secret)} before running.")
-        env = " ".join(
-            f'{k}="${{{k}:?export {k} first}}"' if k in secret else f"{k}={shlex.quote(str(v))}"
-            for k, v in record["env"].items()
-        )
+        env = env_prefix(record["env"])
         body = _wrap_argv(argv)
         lines.append(head + (env + " " if env else "") + body)
         return "\n".join(lines) + "\n"
@@ -372,44 +376,23 @@ def _arg(value: Any) -> str:
 
 
 def _record_from_command(text: str, source: str, folder: str) -> dict[str, Any]:
-    joined = re.sub(r"\\\r?\n", " ", text)
-    try:
-        tokens = shlex.split(joined, comments=True)
-    except ValueError as exc:
-        raise ConfigError(f"{source}: cannot read the command line: {exc}") from None
-    segments: list[list[str]] = [[]]
-    for token in tokens:
-        if token in ("&&", ";"):
-            segments.append([])
-        else:
-            segments[-1].append(token)
-    cwd, env, command = folder, {}, None
-    for segment in segments:
-        if not segment or segment[0] in ("set",):
-            continue
-        if segment[0] == "cd" and len(segment) == 2:
-            cwd = str(Path(cwd) / Path(segment[1]).expanduser())
-            continue
-        if segment[0] == "export":
-            segment = segment[1:]
-        while segment and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", segment[0]):
-            name, value = segment.pop(0).split("=", 1)
-            env[name] = value
-        if segment:
-            command = segment
-    script_at = next((i for i, t in enumerate(command or []) if t.endswith(".py")), None)
-    if command is None or script_at is None:
+    """The record of a launcher script, read without a shell (``config.shellscript``): its
+    exports are the trial's environment, ``$VAR`` is expanded, ``cd DIR`` sets the folder."""
+    script = parse_launch_script(text, source, os.environ)
+    command = script.argv
+    script_at = next((i for i, t in enumerate(command) if t.endswith(".py")), None)
+    if script_at is None:
         raise ConfigError(
-            f"{source}: no training script (a .py file) found in the command; write it like "
+            f"{source}:{script.line}: no training script (a .py file) found in the command; write it like "
             "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...' or use the YAML form"
         )
-    launcher = command[:script_at] or ["python"]
+    cwd = str(Path(folder) / Path(script.cwd).expanduser()) if script.cwd else folder
     return {
         "script": command[script_at],
-        "launcher": launcher,
+        "launcher": command[:script_at] or ["python"],
         "cwd": cwd,
         "args": command[script_at + 1 :],
-        "env": env,
+        "env": script.env,
     }
 
 

@@ -34,6 +34,11 @@ def parse_args(argv):
     p.add_argument("--push_to_hub", action="store_true")
     p.add_argument("--report_to", default="tensorboard")
     p.add_argument("--seed", type=int)
+    # Taken and unused, as in the README's launch block (train_dreambooth_lora_sana.py:332, 377, 461, 470).
+    p.add_argument("--validation_epochs", type=int, default=50)
+    p.add_argument("--resolution", type=int, default=512)
+    p.add_argument("--lr_scheduler", default="constant")
+    p.add_argument("--lr_warmup_steps", type=int, default=500)
     p.add_argument("--step_sleep", type=float, default=0.0, help="fake: seconds added per optimizer step")
     return p.parse_args(argv)
 
@@ -43,6 +48,7 @@ def main(argv):
     if args.validation_prompt or args.push_to_hub:
         print("error: a trial must not validate or push", file=sys.stderr)
         return 3
+    print(f"model: {args.pretrained_model_name_or_path}", flush=True)  # what a launcher's $VAR became
     torch.manual_seed(args.seed or 0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate)

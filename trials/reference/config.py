@@ -169,7 +169,9 @@ SCHEMA: Schema = {
             ),
         )
     },
-    "checkpoints": {"interval": _any, "keep_last_n": _any, "precision": _any, "save_training_state": _any},
+    "checkpoints": {
+        name: _any for name in ("interval", "keep_last_n", "precision", "save_training_state", "no_resume")
+    },
     "flow_matching": {"timestep_sampling_mode": _any, "timestep_sampling_params": _any},
     "hub": {"push_to_hub": _any, "hub_model_id": _any},
     "wandb": {"enabled": _any, "project": _any, "entity": _any, "tags": _any, "log_validation_videos": _any},

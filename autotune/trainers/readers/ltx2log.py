@@ -6,6 +6,23 @@ The trainer logs through Rich, so a line can carry a level column in front
 be wrapped at 80 columns with continuation lines indented under the message.
 This module undoes all of that and never raises: a truncated or garbage log
 gives whatever could be read.
+
+What the ``Step`` lines mean (Lightricks/LTX-2 at 400fd31,
+``packages/ltx-trainer/src/ltx_trainer/trainer.py``):
+- a line is logged on every *micro-step* whose optimizer-step counter is a multiple of 20
+  (l.299), and the counter is bumped at the start of the micro-step that ends an optimizer
+  step (l.227-229). With gradient accumulation GA each ``Step n`` line is therefore printed
+  GA times: first by the micro-step that runs optimizer step n, then by the GA-1 micro-steps
+  of step n+1 that do no optimizer step (the last step of the run prints once);
+- before the first optimizer step the counter is 0: those micro-steps print ``Step 0/N ...
+  Total Time: calculating...`` (l.303-306), GA-1 times;
+- ``Time/Step`` is ONE micro-step's wall time (data loading left out, no CUDA sync)
+  multiplied by GA (l.275): an estimate of one optimizer step, not an average;
+- ``Total Time`` is the estimated total of the run, not the time elapsed (l.300-304).
+So a reader keeps the first copy of each step (the one that times a micro-step with the
+optimizer step in it, x GA: one optimizer step), drops Step-0 lines, and never multiplies by
+GA again. The statistics block (l.318-330, 923-935): ``Samples/second`` is steps/s x processes
+x batch size (it ignores GA) and its time includes set-up.
 """
 
 from __future__ import annotations
@@ -15,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 
 from autotune.core.metrics import TrialMetrics
-from autotune.core.timing import steady_state
+from autotune.core.timing import WARMUP_STEPS, steady_state
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RANK = re.compile(r"^\[rank ?(\d+)\]:? ?")
@@ -26,9 +43,16 @@ _CONTINUATION_INDENT = 9  # Rich's level column: "INFO     " (8 wide + 1 space)
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf"
 _STEP = re.compile(
     rf"Step\s+(\d+)\s*/\s*(\d+)\s+-\s+Loss:\s+({_NUM}),\s+LR:\s+({_NUM}),\s+"
-    rf"Time/Step:\s+(\d+(?:\.\d+)?)s\b(?:,\s+Total\s+Time:\s+(\d+)h\s+(\d+)m)?",
+    rf"Time/Step:\s+(\d+(?:\.\d+)?)s\b(?:,\s+Total\s+Time:\s+(?:(\d+)h\s+(\d+)m|(calculating)))?",
     re.IGNORECASE,
 )
+#: The trainer logs a Step line when its optimizer-step counter is a multiple of this (trainer.py:299).
+STEP_LINE_EVERY = 20
+#: Step lines after the warm-up window that a steady figure with a spread needs.
+STEADY_LINES = 2
+#: The shortest ``optimization.steps`` whose Step lines give a steady figure with a spread:
+#: the warm-up window, then STEADY_LINES lines past it (60: lines at 40 and 60).
+MIN_STEPS_FOR_STEP_LINES = (WARMUP_STEPS // STEP_LINE_EVERY + STEADY_LINES) * STEP_LINE_EVERY
 _STATS_MARK = "Training Statistics"
 _STATS = {
     "total_time": re.compile(
@@ -75,17 +99,21 @@ class Ltx2Log:
     rank: int | None = None  # the rank whose lines were read (None: no rank prefix)
 
     def steady_step_time(self) -> tuple[float | None, float | None]:
-        """Median Time/Step after the first window (the first Step line), and its spread."""
+        """Median Time/Step of the lines past the warm-up window (the hook's rule: optimizer
+        steps 1..WARMUP_STEPS are warm-up), and its spread."""
         ordered = sorted(self.steps, key=lambda s: s.step)
-        return steady_state([s.time_s for s in ordered], skip=1)
+        warmup = sum(1 for s in ordered if s.step <= WARMUP_STEPS)
+        return steady_state([s.time_s for s in ordered], skip=warmup)
 
     def to_metrics(self, effective_batch: int | None = None) -> TrialMetrics:
         """TrialMetrics from the log; ``samples_per_s`` from the steady step time when the batch is known."""
         step_time, spread = self.steady_step_time()
         stats = self.stats or Statistics()
-        samples = stats.samples_per_s
+        samples = stats.samples_per_s  # ignores GA: only when the batch we asked for is unknown
         if step_time and effective_batch:
             samples = effective_batch / step_time
+        elif stats.steps_per_s and effective_batch:
+            samples = stats.steps_per_s * effective_batch  # optimizer steps/s (set-up included)
         return TrialMetrics(
             step_time_s=step_time,
             step_time_spread_s=spread,
@@ -161,8 +189,8 @@ def _parse_stream(lines: list[str]) -> Ltx2Log:
     seen: dict[int, StepLine] = {}
     for m in _STEP.finditer(_flatten(text)):
         step = _step_from_match(m)
-        if step is not None:
-            seen[step.step] = step
+        if step is not None and step.step > 0 and m.group(8) is None:
+            seen.setdefault(step.step, step)  # the first copy: the micro-step that ran the optimizer step
     log.steps = sorted(seen.values(), key=lambda s: s.step)
     mark = text.rfind(_STATS_MARK)
     if mark >= 0:

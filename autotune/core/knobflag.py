@@ -1,0 +1,134 @@
+"""Knobs a user declares on the command line (``--knob NAME=...``), parsed and validated.
+
+Why: a ``--cmd`` trainer has knobs autotune cannot know (blocks swapped to the CPU, a
+resolution, a flag of its own). Two spellings, values always from memory-SAVING to
+memory-HUNGRY, which is the order the space's dominance reasoning relies on:
+
+- ``NAME=v1,v2,...``: the values in that order; ``yes``/``no``/``true``/``false`` are booleans,
+  whole numbers are ints, anything else a string.
+- ``NAME=int:A..B``: every integer from A to B in the order written: ``int:1..4`` when a larger
+  number needs more memory, ``int:8..0`` when it needs less (blocks swapped to the CPU).
+
+Pure: the caller (the sweep's setup) passes the names it reserves (the template's own
+placeholders and the trainer's built-in knobs) and turns the result into knobs of the space.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from autotune.core.space import ParamValue
+from autotune.errors import UsageError
+
+FLAG = "--knob"
+#: More values than this is a typo (``int:0..100000``), not a knob to sweep value by value.
+MAX_VALUES = 256
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_RANGE = re.compile(r"int:\s*([+-]?[0-9]+)\s*\.\.\s*([+-]?[0-9]+)\s*\Z")
+_BOOLS = {"yes": True, "true": True, "no": False, "false": False}
+_SYNTAX = (
+    f"write {FLAG} NAME=v1,v2,... (values from memory-saving to memory-hungry) or {FLAG} NAME=int:LO..HI"
+)
+
+
+@dataclass(frozen=True)
+class DeclaredKnob:
+    """One ``--knob``: its name, its values saving -> hungry, and the flag as written."""
+
+    name: str
+    values: tuple[ParamValue, ...]
+    spec: str
+
+    def as_knob_entry(self) -> dict[str, object]:
+        """The knob as a knob file would list it (a choice knob: its order is the list's)."""
+        return {"name": self.name, "values": list(self.values)}
+
+
+def parse_value(text: str) -> ParamValue:
+    """One listed value: yes/no/true/false -> bool, a whole number -> int, else the string."""
+    lowered = text.lower()
+    if lowered in _BOOLS:
+        return _BOOLS[lowered]
+    if _INT.match(text):
+        return int(text)
+    return text
+
+
+def parse_knob(spec: str, *, reserved: Collection[str] = ()) -> DeclaredKnob:
+    """One ``--knob`` flag; a ``UsageError`` names the flag, what is wrong and how to fix it."""
+    if not isinstance(spec, str) or "=" not in spec:
+        raise UsageError(f"{FLAG} {spec!r}: no '=' in it; {_SYNTAX}")
+    name, _, rest = spec.partition("=")
+    name, rest = name.strip(), rest.strip()
+    where = f"{FLAG} {spec!r}"
+    if not _NAME.match(name):
+        raise UsageError(
+            f"{where}: {name!r} is not a knob name (letters, digits and _, not starting with a digit; "
+            "dots for a nested config key like model.blocks_to_swap); " + _SYNTAX
+        )
+    if name in reserved:
+        raise UsageError(
+            f"{where}: {name!r} is already a placeholder or knob of the command template "
+            f"({', '.join(sorted(reserved))}); give your knob another name"
+        )
+    if not rest:
+        raise UsageError(f"{where}: no values after '='; {_SYNTAX}")
+    if rest.startswith("int:"):
+        values = _int_range(rest, where)
+    else:
+        items = [item.strip() for item in rest.split(",")]
+        if any(not item for item in items):
+            raise UsageError(f"{where}: an empty value in the list (two commas, or one at an end); {_SYNTAX}")
+        values = tuple(parse_value(item) for item in items)
+    if len(values) < 2:
+        raise UsageError(
+            f"{where}: one value leaves nothing to sweep; list at least two, from memory-saving to "
+            "memory-hungry, or write that value into the command template itself"
+        )
+    seen: dict[tuple[str, ParamValue], str] = {}
+    for value in values:
+        key = (type(value).__name__, value)
+        if key in seen:
+            raise UsageError(
+                f"{where}: the value {_text(value)} is listed twice (yes/true and no/false are the same "
+                "boolean); list each value once"
+            )
+        seen[key] = _text(value)
+    if len(values) > MAX_VALUES:
+        raise UsageError(f"{where}: {len(values)} values, more than {MAX_VALUES}; narrow the range")
+    return DeclaredKnob(name=name, values=values, spec=spec)
+
+
+def parse_knobs(specs: Sequence[str], *, reserved: Collection[str] = ()) -> list[DeclaredKnob]:
+    """Every ``--knob`` of a sweep, in the order given; a name given twice is a ``UsageError``."""
+    out: list[DeclaredKnob] = []
+    for spec in specs:
+        knob = parse_knob(spec, reserved=reserved)
+        if any(k.name == knob.name for k in out):
+            raise UsageError(f"{FLAG} {knob.name} is given twice; give each knob once with all its values")
+        out.append(knob)
+    return out
+
+
+def _int_range(rest: str, where: str) -> tuple[ParamValue, ...]:
+    match = _RANGE.match(rest)
+    if match is None:
+        raise UsageError(
+            f"{where}: {rest!r} is not a range; write int:LO..HI (like int:1..4) when a larger number "
+            "needs more memory, int:HI..LO (like int:8..0) when it needs less"
+        )
+    first, last = int(match.group(1)), int(match.group(2))
+    if abs(last - first) + 1 > MAX_VALUES:
+        raise UsageError(f"{where}: {abs(last - first) + 1} values, more than {MAX_VALUES}; narrow the range")
+    step = 1 if last >= first else -1
+    return tuple(range(first, last + step, step))
+
+
+def _text(value: ParamValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
