@@ -37,9 +37,11 @@ from autotune.trainers.common import (
 )
 from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
 from autotune.trainers.ltx2_data import data_sources
+from autotune.trainers.ltx2_view import VIEW_DIR, DataView, build_view
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.readers.phases import read_phase_peaks, without_step
 
 #: Study param -> the config key it sets.
 KNOB_KEYS: dict[str, str] = {
@@ -84,6 +86,62 @@ def short_run_recipe(steps: int, trial_dir: Path) -> list[tuple[str, Any]]:
         ("wandb.enabled", False),
         ("hub.push_to_hub", False),
         ("output_dir", str(trial_dir / "output")),
+    ]
+
+
+#: Denoising steps of the trial's validation pass: each step runs the same forwards at the same
+#: size, so two reach the pass's peak (the first allocates, the second meets what the first left).
+TRIAL_INFERENCE_STEPS = 2
+#: The trainer's code default for ``validation.interval`` when the key is omitted (config.py:503-507).
+DEFAULT_VALIDATION_INTERVAL = 100
+
+
+def trial_recipe(
+    data: Mapping[str, Any], steps: int, trial_dir: Path, *, validation: bool = True
+) -> list[tuple[str, Any]]:
+    """Every key a trial sets besides the knobs: the short run, plus one validation pass with the
+    baseline's settings when it validates and ``validation`` (see ``trial_validation_recipe``),
+    else no validation and no text encoder at all."""
+    short = short_run_recipe(steps, trial_dir)
+    if validation and steps >= 2 and baseline_validates(data):
+        phases = trial_validation_recipe(data, steps)
+        keep = {"validation.samples", *(k for k, _ in phases)}
+        return [(k, v) for k, v in short if k not in keep] + phases
+    section = data.get("validation")
+    if isinstance(section, Mapping) and section.get("prompts"):
+        short.append(("validation.prompts", []))  # else turned into samples again (config.py:656-675)
+    return short
+
+
+def baseline_validates(data: Mapping[str, Any]) -> bool:
+    """Whether the full run samples validation videos: an interval and samples (or the legacy
+    ``prompts`` the trainer converts into samples, config.py:656-675)."""
+    section = data.get("validation")
+    section = section if isinstance(section, Mapping) else {}
+    interval = section.get("interval", DEFAULT_VALIDATION_INTERVAL)
+    return bool(interval) and bool(section.get("samples") or section.get("prompts"))
+
+
+def trial_validation_recipe(data: Mapping[str, Any], steps: int) -> list[tuple[str, Any]]:
+    """The keys that give a trial one validation pass with the baseline's own settings.
+
+    The pass runs after optimizer step ``steps - 1`` (``interval: steps - 1``; the trainer
+    validates when the step counter is a multiple of it, trainer.py:246-254), so one more step
+    trains after it, as after every interval of the real run, and the hook's step events tell the
+    training peak from the validation peak (``readers.phases``). The samples (prompts, conditions,
+    ``video_dims``, ``frame_rate``, audio), the text-encoder load and its 8-bit setting
+    (``acceleration.load_text_encoder_in_8bit``, read by the ValidationRunner at start-up,
+    trainer.py:111-118, validation_runner.py:321-368) and ``offload_optimizer_during_validation``
+    stay as written; only ``inference_steps`` is cut to ``TRIAL_INFERENCE_STEPS``.
+    """
+    section = data.get("validation")
+    section = section if isinstance(section, Mapping) else {}
+    inference = section.get("inference_steps", 30)
+    inference = inference if isinstance(inference, int) and not isinstance(inference, bool) else 30
+    return [
+        ("validation.interval", steps - 1),
+        ("validation.skip_initial_validation", True),
+        ("validation.inference_steps", min(inference, TRIAL_INFERENCE_STEPS)),
     ]
 
 
@@ -140,7 +198,10 @@ class Ltx2Adapter(TrainerAdapter):
     ``["uv", "run", "python"]``; e.g. ``["/path/venv/bin/python"]``, the CLI's ``--trainer-python``;
     its program is checked when the adapter is made), ``accelerate_config``
     (``ddp``, ``fsdp``, a path, or ``none``; default ddp for LoRA, fsdp for full fine-tuning,
-    used with several GPUs), ``hook`` (inject the trial-side memory/step hook; default off)."""
+    used with several GPUs), ``hook`` (inject the trial-side memory/step hook; default off),
+    ``trial_validation`` (give each trial the baseline's validation pass; default on, the CLI's
+    ``--no-validation-in-trials`` turns it off), ``data_view`` (train trials on the largest
+    latent bucket through linked samples; default on)."""
 
     name: ClassVar[str] = "ltx2"
     knob_file: ClassVar[str] = "ltx2.yaml"
@@ -158,7 +219,11 @@ class Ltx2Adapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("trainer_dir", "launcher", "accelerate_config", "hook"))
+        take_options(
+            options,
+            self.name,
+            ("trainer_dir", "launcher", "accelerate_config", "hook", "trial_validation", "data_view"),
+        )
         trainer_dir = options.get("trainer_dir")
         self.trainer_dir = Path(trainer_dir) if trainer_dir else None
         launcher = options.get("launcher")
@@ -173,6 +238,8 @@ class Ltx2Adapter(TrainerAdapter):
         )
         self.accelerate_config: str | None = options.get("accelerate_config")
         self.hook = bool(options.get("hook", False))
+        self.trial_validation = flag_option(options, "trial_validation", self.name)
+        self.data_view = flag_option(options, "data_view", self.name)
 
     #: Without the hook a trial's speed comes from the trainer's ``Step`` lines (every 20 steps).
     times_from_step_lines: ClassVar[bool] = True
@@ -267,13 +334,17 @@ class Ltx2Adapter(TrainerAdapter):
             )
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
         edits = {k: v for k, v in values if not cfg.has(k) or not same_value(cfg.get(k), v)}
-        for key, value in short_run_recipe(steps, trial_dir):
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        recipe = trial_recipe(baseline.data, steps, trial_dir, validation=self.trial_validation)
+        view = self._data_view(baseline, cwd, trial_dir, batch * max(1, baseline.num_gpus))
+        if view is not None:
+            recipe.append(("data.preprocessed_data_root", str(view.root)))
+        for key, value in recipe:
             if cfg.has(key) and same_value(cfg.get(key), value):
                 continue  # already so: the line stays as written
             if self.create_missing_sections or "." not in key or cfg.has(key.rsplit(".", 1)[0]):
                 edits[key] = value
         cfg.set_many(edits)
-        trial_dir.mkdir(parents=True, exist_ok=True)
         config_path = trial_dir / "config.yaml"
         config_path.write_text(cfg.dump(), encoding="utf-8")
         gpus = max(1, baseline.num_gpus)
@@ -285,12 +356,23 @@ class Ltx2Adapter(TrainerAdapter):
             num_gpus=gpus,
             effective_batch=batch * gradient_accumulation_steps * gpus,
             steps=steps,
+            validation_step=steps - 1 if dict(recipe).get("validation.interval") else None,
+            data_bucket=view.describe() if view is not None else None,
         )
         env = {**RUN_ENV, **metrics_env(trial_dir)}
         if self.hook:
             env.update(hook_env(trial_dir))
         argv = self.launch_argv(baseline, config_path, progress_bars=False)
         return LaunchSpec(argv=tuple(argv), cwd=cwd, env=env)
+
+    def _data_view(self, baseline: Baseline, cwd: Path, trial_dir: Path, needed: int) -> DataView | None:
+        """The largest bucket's samples linked under the trial folder (None: data not here or unread)."""
+        if not self.data_view:
+            return None
+        limit = self._sample_limit(baseline, cwd)
+        if limit is None:
+            return None
+        return build_view(limit[1], data_sources(baseline.data), trial_dir / VIEW_DIR, needed)
 
     def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
         script = [*self.script_argv(config_path)]
@@ -359,10 +441,18 @@ class Ltx2Adapter(TrainerAdapter):
         try:
             trial_dir = Path(trial_dir)
             record = read_trial_record(trial_dir)
-            log = parse_ltx2_output(read_output(trial_dir, output)).to_metrics(effective_batch_of(record))
+            validation_step = record.get("validation_step")
+            validation_step = validation_step if isinstance(validation_step, int) else None
+            parsed = parse_ltx2_output(read_output(trial_dir, output))
+            if validation_step is not None:  # that step's line timed the validation pass too
+                parsed.steps = [s for s in parsed.steps if s.step != validation_step]
+            log = parsed.to_metrics(effective_batch_of(record))
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
+            hook = without_step(read_hook_file(trial_dir / HOOK_FILE_NAME), validation_step)
             merged = merge_metrics(*self._reading_order(log, file_metrics, hook))
+            phases = read_phase_peaks(trial_dir / HOOK_FILE_NAME, validation_step)
+            if phases.peak_gb is not None:  # the largest phase is the trial's peak
+                merged.measured_peak_vram_gb = max(merged.measured_peak_vram_gb or 0.0, phases.peak_gb)
             return finish_metrics(merged, effective_batch_of(record), keep_reported=False)
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
@@ -410,6 +500,16 @@ def check_knob_values(merged: Mapping[str, Any], gradient_accumulation_steps: in
         raise ConfigError(
             f"gradient_checkpointing must be true or false; got {merged['gradient_checkpointing']!r}"
         )
+
+
+def flag_option(options: Mapping[str, Any], name: str, trainer: str) -> bool:
+    """A true/false adapter option that is on unless turned off (a stored ``"False"`` too)."""
+    value = options.get(name, True)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise UsageError(f"trainer {trainer!r}: option {name} must be true or false; got {value!r}")
+    return value
 
 
 def package_hints(baseline: Baseline) -> list[Path]:
