@@ -62,6 +62,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "command": r.command,
         "best_config_path": r.best_config_path,
         "warnings": r.warnings,
+        "memory_phases": r.memory_phases,
         "trials": [_json_trial(t) for t in r.trials],
         "ruled_out": [
             {"params": x.params, "reason": x.reason, "by_trials": x.by_trials} for x in r.ruled_out

@@ -209,6 +209,8 @@ class Ltx2Adapter(TrainerAdapter):
     create_missing_sections: ClassVar[bool] = True
     label: ClassVar[str] = "the LTX-2 trainer"
     takes_trainer_python: ClassVar[bool] = True
+    #: Trials run the baseline's validation pass (``--no-validation-in-trials`` turns it off).
+    validates_in_trials: ClassVar[bool] = True
     plan_baselines: ClassVar[bool] = True
     loads_model_paths: ClassVar[bool] = True
     needs_tier_gate: ClassVar[bool] = True
