@@ -178,6 +178,8 @@ def test_the_sweep_never_picks_a_config_whose_validation_would_not_fit(tmp_path:
     assert "peak set by validation (training 68.00, validation 78.20" in report
     assert "validation pass (inference steps cut to 2) and the final checkpoint save" in report
     assert "--no-validation-in-trials" not in report
+    doc = json.loads((tmp_path / "runs" / "ltx2-plan" / "report.json").read_text())
+    assert any("peak set by validation" in line for line in doc["memory_phases"])
 
 
 @pytest.mark.process
