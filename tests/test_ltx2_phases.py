@@ -203,4 +203,7 @@ def test_no_validation_in_trials_goes_only_with_a_trainer_that_validates(
     assert (
         main(["sweep", "--cmd", "python t.py", "--no-validation-in-trials", "--workdir", str(tmp_path)]) == 2
     )
-    assert "--no-validation-in-trials goes with --trainer ltx2" in capsys.readouterr().err
+    assert "--no-validation-in-trials goes with --trainer ltx2:" in capsys.readouterr().err
+    argv = ["sweep", "--trainer", "reference", "--no-validation-in-trials", "--workdir", str(tmp_path)]
+    assert main(argv) == 2
+    assert "--no-validation-in-trials goes with --trainer ltx2:" in capsys.readouterr().err

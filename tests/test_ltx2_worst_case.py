@@ -119,6 +119,15 @@ def test_a_bucket_smaller_than_the_batch_is_linked_again_to_fill_it(tmp_path: Pa
     assert count_samples(tmp_path / "view", ["latents", "conditions"]) == 4  # the trainer sees a full batch
 
 
+def test_a_sample_whose_shape_cannot_be_read_keeps_the_trial_on_all_the_data(tmp_path: Path) -> None:
+    root = _dataset(tmp_path / "data", small=2, large=1)
+    (root / "latents" / "old.pt").write_bytes(b"not a zip: torch's legacy format, say")
+    _condition(root / "conditions" / "old.pt")
+    buckets = read_buckets(root, ["latents", "conditions"])
+    assert buckets is not None and buckets.unreadable == 1
+    assert build_view(root, ["latents", "conditions"], tmp_path / "view", needed=1) is None
+
+
 @pytest.mark.process
 def test_a_trial_trains_on_the_largest_bucket_only(tmp_path: Path) -> None:
     root = _dataset(tmp_path / "data", small=5, large=2)

@@ -82,11 +82,15 @@ def read_buckets(root: Path, sources: list[str]) -> Buckets | None:
     return Buckets(by_shape, unreadable) if by_shape else None
 
 
-def build_view(root: Path, sources: list[str], dest: Path, needed: int) -> DataView | None:
+def build_view(
+    root: Path, sources: list[str], dest: Path, needed: int, buckets: Buckets | None = None
+) -> DataView | None:
     """Link the largest bucket's samples into ``dest`` (each source folder beside the others),
-    at least ``needed`` of them; None when the shapes cannot be read (the trial then uses ``root``)."""
-    buckets = read_buckets(root, sources)
-    if buckets is None or buckets.largest is None:
+    at least ``needed`` of them (``buckets``: ``read_buckets``' answer, read once per sweep).
+    None when a sample's shape cannot be read: it might be the largest, so the trial then trains
+    on ``root`` itself."""
+    buckets = buckets if buckets is not None else read_buckets(root, sources)
+    if buckets is None or buckets.largest is None or buckets.unreadable:
         return None
     bucket = buckets.largest
     chosen = buckets.by_shape[bucket]
