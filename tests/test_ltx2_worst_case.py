@@ -158,3 +158,29 @@ def test_a_trial_trains_on_the_largest_bucket_only(tmp_path: Path) -> None:
         baseline, {"batch_size": 4}, gradient_accumulation_steps=1, steps=20, trial_dir=tmp_path / "t2"
     )
     assert str(root) in (tmp_path / "t2" / "config.yaml").read_text()
+
+
+def test_the_report_names_the_bucket_judged_and_the_phase(tmp_path: Path) -> None:
+    from autotune.report.model import TrialRow
+    from autotune.report.phases import phase_lines
+
+    folder = tmp_path / "trial-0003"
+    folder.mkdir()
+    (folder / "adapter.json").write_text(
+        json.dumps(
+            {
+                "validation_step": 2,
+                "data_bucket": "latent bucket 13x16x28 (frames x height x width, the largest of 2)",
+            }
+        )
+    )
+    events = [{"event": "step", "step": n, "max_memory_reserved_gb": 30.0 + n, "pid": 7} for n in (1, 2, 3)]
+    events.append({"event": "exit", "steps": 3, "max_memory_reserved_gb": 33.0, "pid": 7})
+    (folder / "hook.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    row = TrialRow(number=3, state="complete", params={}, changed={}, outcome="ok")
+    lines = phase_lines([row], lambda r: folder)
+    assert lines == [
+        "Trial 3: peak set by validation (training 32.00, validation 33.00, save 33.00 GiB reserved); "
+        "trained on latent bucket 13x16x28 (frames x height x width, the largest of 2)."
+    ]
+    assert phase_lines([row], lambda r: tmp_path / "nothing-here") == []
