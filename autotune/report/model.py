@@ -88,6 +88,8 @@ class Report:
     #: stored before trials carried fit constraints (see ``optuna_best``).
     optuna_best: int | None = None
     optuna_judges_fit: bool = False
+    #: Per trial: the phase (training, validation, save) that set its peak, the data bucket judged.
+    memory_phases: list[str] = field(default_factory=list)
 
     @property
     def card_gb(self) -> float | None:
