@@ -72,6 +72,13 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "accelerate launch; for sana: the baseline's own launcher). Checked before any trial",
     )
     p.add_argument(
+        "--no-validation-in-trials",
+        action="store_true",
+        help="(ltx2) trials skip the baseline's validation pass; by default each trial runs one, with "
+        "the baseline's resolution, frames, prompts and text-encoder load (inference steps cut "
+        "to 2), and judges its peak too. The report then warns that validation was not measured",
+    )
+    p.add_argument(
         "--study",
         help="study name (default: TRAINER-CONFIGSTEM, 'demo' for the demo); the same name resumes",
     )
@@ -207,6 +214,8 @@ def sweep_options(args: argparse.Namespace) -> Any:
         options["trainer_dir"] = args.trainer_dir
     if args.trainer_python is not None:
         options["launcher"] = [trainer_python(args.trainer_python, trainer)]
+    if getattr(args, "no_validation_in_trials", False):
+        options["trial_validation"] = no_trial_validation(trainer)
     common: dict[str, Any] = {
         "config": args.config,
         "study": args.study,
@@ -234,6 +243,19 @@ def sweep_options(args: argparse.Namespace) -> Any:
     if trainer is None and args.config is None:
         return SweepOptions.demo_defaults(**common)
     return SweepOptions(trainer=trainer or "reference", **{k: v for k, v in common.items()})
+
+
+def no_trial_validation(trainer: str | None) -> bool:
+    """``--no-validation-in-trials``: only for a trainer whose trials run a validation pass."""
+    from autotune.trainers import adapter_class, adapter_names
+
+    takes = [n for n in adapter_names() if getattr(adapter_class(n), "validates_in_trials", False)]
+    if trainer not in takes:
+        raise UsageError(
+            f"--no-validation-in-trials goes with --trainer {' or '.join(takes)}: the trials of "
+            f"--trainer {trainer or 'reference'} run no validation pass to skip"
+        )
+    return False
 
 
 def trainer_python(path: Path, trainer: str | None) -> str:

@@ -145,6 +145,12 @@ def render_html(report: Report) -> str:
         out += (
             ["<h2>Warnings</h2>", '<ul class="warn">'] + [f"<li>{e(w)}</li>" for w in r.warnings] + ["</ul>"]
         )
+    if r.memory_phases:
+        out += (
+            ["<h2>Memory phases</h2>", "<ul>"]
+            + [f"<li>{e(line)}</li>" for line in r.memory_phases]
+            + ["</ul>"]
+        )
     chart = speed_chart(r)
     if chart:
         out += [

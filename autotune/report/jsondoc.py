@@ -43,7 +43,7 @@ def _json_pick(row: TrialRow | None) -> dict[str, Any] | None:
 def report_dict(report: Report) -> dict[str, Any]:
     """The JSON contract (DESIGN.md, "The report") as plain data."""
     r = report
-    return {
+    doc = {
         "study": r.study,
         "trainer": r.trainer,
         "card": r.card,
@@ -71,6 +71,9 @@ def report_dict(report: Report) -> dict[str, Any]:
             {"params": x.params, "reason": x.reason, "by_trials": x.by_trials} for x in r.ruled_out
         ],
     }
+    if r.memory_phases:  # LTX-2 trials: the phase that set each trial's peak, the bucket judged
+        doc["memory_phases"] = r.memory_phases
+    return doc
 
 
 def render_json(report: Report) -> str:

@@ -28,6 +28,13 @@ from autotune.report.model import (
     winner_kind,
 )
 from autotune.report.opening import DEFAULT_WORKDIR
+from autotune.report.phases import (
+    PHASES_EXERCISED,
+    VALIDATION_SKIPPED,
+    phase_lines,
+    validation_ran,
+    validation_skipped,
+)
 from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
@@ -195,12 +202,15 @@ def build_report(
                 report.timelines[r.number] = points
 
     report.optuna_judges_fit, report.optuna_best = optuna_best(trials)
-    _add_warnings(report, beaten, base_eff)
+    report.memory_phases = phase_lines(rows, lambda r: _resolve(r.trial_dir, root))
+    _add_warnings(
+        report, beaten, base_eff, validated=validation_ran(rows, lambda r: _resolve(r.trial_dir, root))
+    )
     add_command(report, report_dir, best_config_path, _resolve(best.trial_dir, root) if best else None)
     return report
 
 
-def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any) -> None:
+def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any, *, validated: bool = False) -> None:
     best, w = report.best, report.warnings
     if best is None:
         return
@@ -226,10 +236,15 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any) -> Non
         if left is not None
         else ""
     )
-    w.append(
-        "The trials were short runs: validation sampling and checkpoint saving were not exercised, and "
-        f"{_longer_input(report.trainer)} can peak higher later." + keep
+    if validation_skipped(report):
+        w.append(VALIDATION_SKIPPED)
+    short = (
+        PHASES_EXERCISED
+        if validated
+        else "The trials were short runs: validation sampling and checkpoint saving were not exercised, "
+        f"and {_longer_input(report.trainer)} can peak higher later."
     )
+    w.append(short + keep)
     if beaten is not None:
         w.append(
             f"Near-tie decided by fidelity: trial {beaten.number} measured "

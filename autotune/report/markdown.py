@@ -35,6 +35,10 @@ def render_markdown(report: Report) -> str:
         out += ["## Warnings", ""]
         out += [f"- {w}" for w in r.warnings]
         out.append("")
+    if r.memory_phases:
+        out += ["## Memory phases", ""]
+        out += [f"- {line}" for line in r.memory_phases]
+        out.append("")
     out += ["## Trials", ""]
     if r.trials:
         out += _md_table(TABLE_HEAD, [trial_cells(r, t) for t in r.trials])

@@ -91,6 +91,8 @@ class Report:
     #: How the card was emulated (``settings["emulation"]``: counted on CPU, capped on a larger GPU,
     #: or why not); ``None``: a real card, or a study from before it was recorded.
     emulation: str | None = None
+    #: Per trial: the phase (training, validation, save) that set its peak, the data bucket judged.
+    memory_phases: list[str] = field(default_factory=list)
 
     @property
     def card_gb(self) -> float | None:

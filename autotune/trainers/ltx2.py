@@ -39,9 +39,14 @@ from autotune.trainers.common import (
 )
 from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
 from autotune.trainers.ltx2_data import data_sources
+from autotune.trainers.ltx2_recipe import STEPS_KEY as STEPS_KEY  # re-exported: command.py, tests
+from autotune.trainers.ltx2_recipe import short_run_recipe as short_run_recipe
+from autotune.trainers.ltx2_recipe import trial_recipe as trial_recipe
+from autotune.trainers.ltx2_view import VIEW_DIR, Buckets, DataView, build_view, read_buckets
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.readers.phases import read_phase_peaks, without_step
 
 #: Study param -> the config key it sets.
 KNOB_KEYS: dict[str, str] = {
@@ -51,7 +56,6 @@ KNOB_KEYS: dict[str, str] = {
     "gradient_checkpointing": "optimization.enable_gradient_checkpointing",
 }
 GRAD_ACCUM_KEY = "optimization.gradient_accumulation_steps"
-STEPS_KEY = "optimization.steps"
 #: The trainer's code defaults when a key is omitted (they differ from its example files).
 CODE_DEFAULTS: dict[str, Any] = {
     "quantization": "none",
@@ -64,29 +68,6 @@ QUANTIZATIONS = ("int8-quanto", "int4-quanto", "int2-quanto", "fp8-quanto", "fp8
 OPTIMIZERS = ("adamw", "adamw8bit")
 RUN_ENV = {"COLUMNS": "250", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
 _MAX_LOG_BYTES = 32 * 1024 * 1024
-
-
-def short_run_recipe(steps: int, trial_dir: Path) -> list[tuple[str, Any]]:
-    """The keys a short trial overrides: no validation, samples, checkpoints, W&B or hub; own output dir.
-
-    ``checkpoints.no_resume``: a baseline whose ``model.load_checkpoint`` names a checkpoint with a
-    ``training_state_step_N.pt`` beside it would otherwise resume at step N and train ``steps - N``
-    steps, or die with "No remaining training steps" (trainer.py:181-186, 527-566). With it the
-    trainer still loads those weights (trainer.py:484-504) but starts from step 0 with a fresh
-    optimizer and scheduler.
-    """
-    return [
-        (STEPS_KEY, steps),
-        ("checkpoints.no_resume", True),
-        ("validation.interval", None),
-        ("validation.skip_initial_validation", True),
-        ("validation.samples", []),
-        ("checkpoints.interval", None),
-        ("checkpoints.save_training_state", "off"),
-        ("wandb.enabled", False),
-        ("hub.push_to_hub", False),
-        ("output_dir", str(trial_dir / "output")),
-    ]
 
 
 def read_output(trial_dir: Path, output: str) -> str:
@@ -126,7 +107,9 @@ class Ltx2Adapter(TrainerAdapter):
     its program is checked when the adapter is made), ``accelerate_config``
     (``ddp``, ``fsdp``, a path, or ``none``; default ddp for LoRA, fsdp for full fine-tuning,
     used with several GPUs), ``hook`` (inject the trial-side hook: step times, memory, losses, real
-    batches, the ``--vram-gb`` card; default on)."""
+    batches, the ``--vram-gb`` card; default on), ``trial_validation`` (give each trial the
+    baseline's validation pass; default on, the CLI's ``--no-validation-in-trials`` turns it off),
+    ``data_view`` (train trials on the largest latent bucket through linked samples; default on)."""
 
     name: ClassVar[str] = "ltx2"
     knob_file: ClassVar[str] = "ltx2.yaml"
@@ -134,6 +117,8 @@ class Ltx2Adapter(TrainerAdapter):
     create_missing_sections: ClassVar[bool] = True
     label: ClassVar[str] = "the LTX-2 trainer"
     takes_trainer_python: ClassVar[bool] = True
+    #: Trials run the baseline's validation pass (``--no-validation-in-trials`` turns it off).
+    validates_in_trials: ClassVar[bool] = True
     plan_baselines: ClassVar[bool] = True
     loads_model_paths: ClassVar[bool] = True
     longer_input: ClassVar[str] = "a longer clip in the data"
@@ -147,7 +132,11 @@ class Ltx2Adapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("trainer_dir", "launcher", "accelerate_config", "hook"))
+        take_options(
+            options,
+            self.name,
+            ("trainer_dir", "launcher", "accelerate_config", "hook", "trial_validation", "data_view"),
+        )
         trainer_dir = options.get("trainer_dir")
         self.trainer_dir = Path(trainer_dir) if trainer_dir else None
         launcher = options.get("launcher")
@@ -162,6 +151,9 @@ class Ltx2Adapter(TrainerAdapter):
         )
         self.accelerate_config: str | None = options.get("accelerate_config")
         self.hook = hook_option(options, self.name)
+        self.trial_validation = flag_option(options, "trial_validation", self.name)
+        self.data_view = flag_option(options, "data_view", self.name)
+        self._buckets: dict[tuple[str, tuple[str, ...]], Buckets | None] = {}
 
     #: Without the hook a trial's speed comes from the trainer's ``Step`` lines (every 20 steps).
     times_from_step_lines: ClassVar[bool] = True
@@ -256,13 +248,17 @@ class Ltx2Adapter(TrainerAdapter):
             )
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
         edits = {k: v for k, v in values if not cfg.has(k) or not same_value(cfg.get(k), v)}
-        for key, value in short_run_recipe(steps, trial_dir):
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        recipe = trial_recipe(baseline.data, steps, trial_dir, validation=self.trial_validation)
+        view = self._data_view(baseline, cwd, trial_dir, batch * max(1, baseline.num_gpus))
+        if view is not None:
+            recipe.append(("data.preprocessed_data_root", str(view.root)))
+        for key, value in recipe:
             if cfg.has(key) and same_value(cfg.get(key), value):
                 continue  # already so: the line stays as written
             if self.create_missing_sections or "." not in key or cfg.has(key.rsplit(".", 1)[0]):
                 edits[key] = value
         cfg.set_many(edits)
-        trial_dir.mkdir(parents=True, exist_ok=True)
         config_path = trial_dir / "config.yaml"
         config_path.write_text(cfg.dump(), encoding="utf-8")
         gpus = max(1, baseline.num_gpus)
@@ -274,12 +270,27 @@ class Ltx2Adapter(TrainerAdapter):
             num_gpus=gpus,
             effective_batch=batch * gradient_accumulation_steps * gpus,
             steps=steps,
+            validation_step=steps - 1 if dict(recipe).get("validation.interval") else None,
+            data_bucket=view.describe() if view is not None else None,
         )
         env = {**RUN_ENV, **metrics_env(trial_dir)}
         if self.hook:
             env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
         argv = self.launch_argv(baseline, config_path, progress_bars=False)
         return LaunchSpec(argv=tuple(argv), cwd=cwd, env=env)
+
+    def _data_view(self, baseline: Baseline, cwd: Path, trial_dir: Path, needed: int) -> DataView | None:
+        """The largest bucket's samples linked under the trial folder (None: data not here or unread)."""
+        if not self.data_view:
+            return None
+        limit = self._sample_limit(baseline, cwd)
+        if limit is None:
+            return None
+        sources = data_sources(baseline.data)
+        key = (str(limit[1]), tuple(sources))
+        if key not in self._buckets:  # every sample file is opened once per sweep, not per trial
+            self._buckets[key] = read_buckets(limit[1], sources)
+        return build_view(limit[1], sources, trial_dir / VIEW_DIR, needed, self._buckets[key])
 
     def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
         script = [*self.script_argv(config_path)]
@@ -348,10 +359,18 @@ class Ltx2Adapter(TrainerAdapter):
         try:
             trial_dir = Path(trial_dir)
             record = read_trial_record(trial_dir)
-            log = parse_ltx2_output(read_output(trial_dir, output)).to_metrics(effective_batch_of(record))
+            validation_step = record.get("validation_step")
+            validation_step = validation_step if isinstance(validation_step, int) else None
+            parsed = parse_ltx2_output(read_output(trial_dir, output))
+            if validation_step is not None:  # that step's line timed the validation pass too
+                parsed.steps = [s for s in parsed.steps if s.step != validation_step]
+            log = parsed.to_metrics(effective_batch_of(record))
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
+            hook = without_step(read_hook_file(trial_dir / HOOK_FILE_NAME), validation_step)
             merged = merge_metrics(*self._reading_order(log, file_metrics, hook))
+            phases = read_phase_peaks(trial_dir / HOOK_FILE_NAME, validation_step)
+            if phases.peak_gb is not None:  # the largest phase is the trial's peak
+                merged.measured_peak_vram_gb = max(merged.measured_peak_vram_gb or 0.0, phases.peak_gb)
             counted = real_samples_per_s(hook, file_metrics)
             return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
         except Exception:  # the contract: a reader never takes the sweep down
@@ -400,6 +419,16 @@ def check_knob_values(merged: Mapping[str, Any], gradient_accumulation_steps: in
         raise ConfigError(
             f"gradient_checkpointing must be true or false; got {merged['gradient_checkpointing']!r}"
         )
+
+
+def flag_option(options: Mapping[str, Any], name: str, trainer: str) -> bool:
+    """A true/false adapter option that is on unless turned off (a stored ``"False"`` too)."""
+    value = options.get(name, True)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise UsageError(f"trainer {trainer!r}: option {name} must be true or false; got {value!r}")
+    return value
 
 
 def package_hints(baseline: Baseline) -> list[Path]:

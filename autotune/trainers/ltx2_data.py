@@ -66,21 +66,21 @@ def count_samples(root: Path, sources: list[str]) -> int | None:
         if not all((base / name).is_dir() for name in sources):
             return None
         primary = "latents" if "latents" in sources else sources[0]
-        others = {name: _relative_pt_files(base / name) for name in sources if name != primary}
+        others = {name: relative_pt_files(base / name) for name in sources if name != primary}
         count = 0
-        for rel in _relative_pt_files(base / primary):
-            if all(_expected(name, rel) in files for name, files in others.items()):
+        for rel in relative_pt_files(base / primary):
+            if all(expected_file(name, rel) in files for name, files in others.items()):
                 count += 1
         return count
     except OSError:
         return None
 
 
-def _relative_pt_files(folder: Path) -> set[Path]:
+def relative_pt_files(folder: Path) -> set[Path]:
     return {p.relative_to(folder) for p in folder.glob("**/*.pt")}
 
 
-def _expected(source: str, rel: Path) -> Path:
+def expected_file(source: str, rel: Path) -> Path:
     """The file a sample needs in ``source``: the same path, but ``condition_X.pt`` for a
     ``latent_X.pt`` in ``conditions`` (a legacy layout, kept at the folder's top as the trainer does)."""
     if source == "conditions" and rel.name.startswith("latent_"):

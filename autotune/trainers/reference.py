@@ -45,6 +45,7 @@ class ReferenceAdapter(Ltx2Adapter):
     emulates_vram: ClassVar[bool] = True
     report_notes: ClassVar[tuple[str, ...]] = ()  # it reports torch's own peak, not nvidia-smi's
     times_from_step_lines: ClassVar[bool] = False  # its metrics file times every step
+    validates_in_trials: ClassVar[bool] = False  # its baselines sample no validation videos
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "accelerate_config", "hook"))

@@ -184,6 +184,7 @@ SCHEMA: Schema = {
         "warmup_steps": _int(0),
         "memory_steps": _opt_int(1),
         "threads": _opt_int(1),
+        "validation_steps": _int(0),
         "model": {
             "hidden_dim": _int(8),
             "depth": _int(1),
@@ -270,6 +271,7 @@ class TrainConfig:
     warmup_steps: int = 2
     memory_steps: int | None = 3
     threads: int | None = None
+    validation_steps: int = 0  # a validation-like pass after training: this many forwards (0: none)
     model: ModelShape = ModelShape()
     data: DataShape = DataShape()
 
@@ -368,6 +370,7 @@ def parse_config(data: Any) -> TrainConfig:
         warmup_steps=get("reference.warmup_steps", 2),
         memory_steps=get("reference.memory_steps", 3),
         threads=get("reference.threads", None),
+        validation_steps=get("reference.validation_steps", 0),
         model=shape,
         data=data_shape,
     )

@@ -26,6 +26,7 @@ from torch import nn
 from trials.reference.config import TrainConfig
 from trials.reference.memory import GIB, DeviceMemory
 from trials.reference.model import VideoTransformer, add_lora, trainable_parameters
+from trials.reference.phases import save_weights, validation_pass
 
 
 def say(message: str) -> None:
@@ -302,17 +303,17 @@ def run(cfg: TrainConfig, *, progress_bars: bool) -> dict[str, Any]:
                 lr = float(scheduler.get_last_lr()[0])
                 say(step_line(step, cfg.steps, step_loss, lr, step_times[-1], now - train_start))
         train_s = time.perf_counter() - train_start
+        validation_s = validation_pass(model, cfg, device, amp_dtype)
+        if cfg.validation_steps:
+            say(f"Validation pass: {cfg.validation_steps} forwards in {validation_s:.2f}s")
     finally:
         memory.stop()
     if progress_bars:
         print(file=sys.stderr)
 
+    save_s = None
     if cfg.output_dir is not None:
-        out = cfg.output_dir / "checkpoints"
-        out.mkdir(parents=True, exist_ok=True)
-        weights = {name: p.detach().cpu() for name, p in model.named_parameters() if p.requires_grad}
-        path = out / f"lora_weights_step_{cfg.steps:05d}.pt"
-        torch.save(weights, path)
+        path, save_s = save_weights(model, cfg.output_dir, cfg.steps)
         say(f"Saved final checkpoint to {path}")
 
     samples_per_step = cfg.batch_size * cfg.grad_accum
@@ -341,6 +342,9 @@ def run(cfg: TrainConfig, *, progress_bars: bool) -> dict[str, Any]:
         "total_time_s": total_s,
         "process_cpu_s": time.process_time(),
         "step_cpu_s": statistics.median(steady_state(step_cpu, warmup)),
+        "train_s": train_s,
+        "validation_s": validation_s,
+        "save_s": save_s,
     }
 
 

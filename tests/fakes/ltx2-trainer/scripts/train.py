@@ -40,6 +40,16 @@ Environment knobs for tests:
   FAKE_LTX2_PLAIN=1     no Rich decoration
   FAKE_LTX2_PROCESSES=N print the multi-process lines of the statistics block
   FAKE_LTX2_STOP_AFTER=N exit 1 after N steps' Step lines, before the statistics block
+  FAKE_LTX2_PEAK_GB_PER_SAMPLE  training GB each sample of the batch past the first adds (default 0)
+  FAKE_LTX2_CARD_GB     the card's size: a phase that would reserve more dies with the real
+                        trainer's CUDA OOM traceback and exit code 1 (trainer.py has no OOM handling)
+  AUTOTUNE_HOOK_FILE    where the trial-side hook writes (set by autotune when the hook is on): the
+                        fake has no torch for the hook to watch, so it writes the hook's step and
+                        exit events itself, with its own running peak (``max_memory_reserved_gb``)
+
+The dataset: the ``.pt`` files under ``data.preprocessed_data_root``/latents are loaded with
+torch, as datasets.py:257-270 does, and their latent shapes (frames x height x width) are written
+to ``output_dir/fake_trained_on.json``: which bucket(s) the run trained on.
 """
 
 import json
@@ -163,22 +173,68 @@ def resume_step(config, checkpoint, width):
     return step
 
 
+class OutOfMemory(Exception):
+    pass
+
+
 class Card:
     """The card as nvidia-smi sees it: other processes plus what this one has reserved."""
 
-    def __init__(self, training_gb, validation_gb, other_gb):
+    def __init__(self, training_gb, validation_gb, other_gb, capacity_gb=None):
         self.training_gb, self.validation_gb, self.other_gb = training_gb, validation_gb, other_gb
+        self.capacity_gb = capacity_gb
         self.reserved = 0.6 * training_gb  # the models, loaded before train() starts
         self.peak_sampled = 0.0
+        self.hook = os.environ.get("AUTOTUNE_HOOK_FILE")
 
     def sample(self):
         self.peak_sampled = max(self.peak_sampled, self.other_gb + self.reserved)
 
+    def reserve(self, gb):
+        if self.capacity_gb is not None and gb > self.capacity_gb:
+            raise OutOfMemory(gb - self.reserved)
+        self.reserved = max(self.reserved, gb)  # a caching allocator keeps what it reserved
+
     def train_step(self):
-        self.reserved = max(self.reserved, self.training_gb)
+        self.reserve(self.training_gb)
 
     def validate(self):
-        self.reserved = max(self.reserved, self.validation_gb)  # the cache keeps it afterwards
+        self.reserve(self.validation_gb)
+
+    def event(self, kind, **fields):
+        """The hook's line (trials/hook/sitecustomize.py): the running peak so far."""
+        if self.hook is not None:
+            record = {"event": kind, **fields, "max_memory_reserved_gb": self.reserved, "pid": os.getpid()}
+            with open(self.hook, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+
+def oom_exit(tried_gb, card):
+    """The real trainer's death by CUDA OOM: the traceback on stderr, exit 1, no statistics."""
+    print(
+        "Traceback (most recent call last):\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        f"{tried_gb:.2f} GiB. GPU 0 has a total capacity of {card.capacity_gb:.2f} GiB of which "
+        f"{max(0.0, card.capacity_gb - card.reserved):.2f} GiB is free.",
+        file=sys.stderr,
+    )
+    card.event("exit", steps=-1, exception="OutOfMemoryError")
+    return 1
+
+
+def record_data(config, out):
+    """datasets.py:257-270: each sample's latents loaded with torch; their shapes written down."""
+    root = section(config, "data").get("preprocessed_data_root")
+    latents = Path(root) / "latents" if root else None
+    if latents is None or not latents.is_dir():
+        return
+    import torch
+
+    shapes = []
+    for path in sorted(latents.glob("**/*.pt")):
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        shapes.append(list(data["latents"].shape[1:]))
+    (out / "fake_trained_on.json").write_text(json.dumps({"samples": len(shapes), "shapes": shapes}))
 
 
 def save_checkpoint(config, out, step, width):
@@ -199,7 +255,8 @@ def save_checkpoint(config, out, step, width):
 
 def validate(config, out, step, card, width):
     """trainer.py:859-918 with validation_runner.py:260-310: one file per sample."""
-    samples = section(config, "validation").get("samples") or []
+    validation = section(config, "validation")
+    samples = validation.get("samples") or validation.get("prompts") or []  # config.py:656-675
     if not samples:
         return
     card.validate()
@@ -230,15 +287,29 @@ def main():
         opt.get("batch_size", 2),
         opt.get("gradient_accumulation_steps", 1),
     )
-    validation, checkpoints = section(config, "validation"), section(config, "checkpoints")
     honoured = os.environ.get("COLUMNS") and os.environ.get("FAKE_LTX2_WRAP") != "1"
     width = int(os.environ["COLUMNS"]) if honoured else 80
+    training_gb = float(os.environ.get("FAKE_LTX2_PEAK_GB", "45.68"))
+    training_gb += float(os.environ.get("FAKE_LTX2_PEAK_GB_PER_SAMPLE", "0")) * (batch - 1)
+    validation_gb = float(os.environ.get("FAKE_LTX2_VALIDATION_PEAK_GB", str(1.15 * training_gb)))
+    capacity = os.environ.get("FAKE_LTX2_CARD_GB")
+    card = Card(
+        training_gb,
+        validation_gb,
+        float(os.environ.get("FAKE_LTX2_CARD_OTHER_GB", "0")),
+        float(capacity) if capacity else None,
+    )
+    try:
+        return train(config, card, steps, batch, accum, width)
+    except OutOfMemory as exc:
+        return oom_exit(exc.args[0], card)
+
+
+def train(config, card, steps, batch, accum, width):
+    validation, checkpoints = section(config, "validation"), section(config, "checkpoints")
     times = [float(t) for t in os.environ.get("FAKE_LTX2_STEP_TIMES", "2.5,1.0,1.0,1.0").split(",")]
     loss = os.environ.get("FAKE_LTX2_LOSS", "0.1234")
     stop_after = int(os.environ.get("FAKE_LTX2_STOP_AFTER", "0"))
-    training_gb = float(os.environ.get("FAKE_LTX2_PEAK_GB", "45.68"))
-    validation_gb = float(os.environ.get("FAKE_LTX2_VALIDATION_PEAK_GB", str(1.15 * training_gb)))
-    card = Card(training_gb, validation_gb, float(os.environ.get("FAKE_LTX2_CARD_OTHER_GB", "0")))
 
     initial_step = 0
     load = section(config, "model").get("load_checkpoint")
@@ -255,6 +326,7 @@ def main():
     out = Path(config.get("output_dir", "outputs"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "training_config.yaml").write_text(yaml.safe_dump(config))
+    record_data(config, out)
     emit("💾 Training configuration saved to: training_config.yaml", 1104, width)
     remaining = steps - initial_step
     if remaining <= 0:
@@ -285,6 +357,7 @@ def main():
         card.train_step()
         if optimizer_step:
             elapsed += first_copy  # one optimizer step takes what its first copy says
+            card.event("step", step=global_step - initial_step, step_time_s=first_copy)
         if optimizer_step and interval and global_step % interval == 0:
             validate(config, out, global_step, card, width)
         if optimizer_step and checkpoints.get("interval") and global_step % checkpoints["interval"] == 0:
@@ -322,6 +395,7 @@ def main():
     if processes > 1:
         block += [f" - Number of processes: {processes}", f" - Global batch size: {batch * processes}"]
     emit("\n".join(block), 935, width)
+    card.event("exit", steps=remaining, exception=None)
     return 0
 
 

@@ -1,0 +1,61 @@
+"""Which phase set each trial's peak, and which data bucket was judged (LTX-2 trials, issue 16).
+
+Read from each trial's folder, never from the study: the trial record ``render`` wrote (the
+optimizer step the validation pass followed, the bucket of the data view) and the hook's events
+(``autotune.trainers.readers.phases``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from autotune.report.model import Report, TrialRow
+from autotune.trainers.common import read_trial_record
+from autotune.trainers.readers.hookfile import HOOK_FILE_NAME
+from autotune.trainers.readers.phases import read_phase_peaks
+
+#: Replaces the short-run warning when the trials ran the validation pass and the save.
+PHASES_EXERCISED = (
+    "The trials were short runs with one validation pass (inference steps cut to 2) and the "
+    "final checkpoint save; the largest of the training, validation and save peaks was judged."
+)
+#: With ``--no-validation-in-trials``.
+VALIDATION_SKIPPED = (
+    "Validation was not run in the trials (--no-validation-in-trials): the full run's validation "
+    "pass, which holds the VAE decoder and the text encoder's output beside the model, can peak "
+    "above every trial's figure and run out of memory. Keep the headroom, or sweep again without "
+    "the flag."
+)
+
+
+def phase_lines(rows: Sequence[TrialRow], folder_of: Callable[[TrialRow], Path | None]) -> list[str]:
+    """One line per trial with a hook file or a data view: the phase that set its peak, the bucket."""
+    out = []
+    for row in rows:
+        folder = folder_of(row)
+        if folder is None:
+            continue
+        record = read_trial_record(folder)
+        step = record.get("validation_step")
+        peaks = read_phase_peaks(folder / HOOK_FILE_NAME, step if isinstance(step, int) else None)
+        parts = [peaks.describe()] if peaks.peak_phase else []
+        if isinstance(record.get("data_bucket"), str):
+            parts.append(f"trained on {record['data_bucket']}")
+        if parts:
+            out.append(f"Trial {row.number}: " + "; ".join(parts) + ".")
+    return out
+
+
+def validation_ran(rows: Sequence[TrialRow], folder_of: Callable[[TrialRow], Path | None]) -> bool:
+    """Whether any trial was rendered with a validation pass."""
+    for row in rows:
+        folder = folder_of(row)
+        if folder is not None and isinstance(read_trial_record(folder).get("validation_step"), int):
+            return True
+    return False
+
+
+def validation_skipped(report: Report) -> bool:
+    """``--no-validation-in-trials`` (stored as the adapter's ``trial_validation`` option)."""
+    return str(report.trainer_options.get("trial_validation", "")).lower() == "false"
