@@ -240,3 +240,25 @@ def test_past_the_emulated_card_the_script_dies_of_torchs_own_oom(tmp_path: Path
     assert exit_line["event"] == "exit" and exit_line["exception"].startswith("torch.OutOfMemoryError")
     plain, _ = run_hooked(tmp_path, "3", "--hidden", "2048")  # no card: the same script runs
     assert plain.returncode == 0, plain.stderr
+
+
+def test_spawned_data_loader_workers_do_not_count_against_the_card(tmp_path: Path) -> None:
+    """Workers started with spawn import torch (and the hook) afresh: only the training process
+    has the card, so a card too small for the workers' own tensors is never theirs to break."""
+    code = (
+        "import sys, runpy, torch.multiprocessing as mp\n"
+        "mp.set_start_method('spawn', force=True)\n"
+        f"sys.argv = [{str(SCRIPT)!r}, '4', '--data', '10', '--batch', '4', '--workers', '1']\n"
+        f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
+    )
+    hook_file = tmp_path / "hook.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
+    env.update(
+        {"PYTHONPATH": str(HOOK_DIR), "AUTOTUNE_HOOK_FILE": str(hook_file), "AUTOTUNE_EMULATED_VRAM_GB": "1"}
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    records = events(hook_file)
+    cards = [r for r in records if r["event"] == "card"]
+    assert len(cards) == 1  # the trainer's own; the spawned worker made none
+    assert [r["samples"] for r in records if r["event"] == "step"] == [4, 4, 2, 4]

@@ -311,11 +311,27 @@ def _on_torch(torch) -> None:
         except Exception as exc:
             _debug(f"{part.__name__} not installed: {exc!r}")
     vram = os.environ.get("AUTOTUNE_EMULATED_VRAM_GB", "").strip()
+    if vram and _multiprocessing_child():
+        vram = ""  # a data-loader worker (spawn, forkserver): its tensors are host memory, not the card's
     if vram:
         try:
             _emulate(torch, recorder, float(vram))
         except Exception as exc:
             _debug(f"no emulated card: {exc!r}")
+
+
+def _multiprocessing_child() -> bool:
+    """Started by ``multiprocessing`` (a DataLoader worker under spawn or forkserver, which imports
+    torch before ``parent_process()`` is set); training ranks are started as programs."""
+    try:
+        argv = [*sys.argv, *getattr(sys, "orig_argv", [])]
+        if "--multiprocessing-fork" in argv or any("multiprocessing.forkserver" in a for a in argv):
+            return True
+        import multiprocessing
+
+        return multiprocessing.parent_process() is not None
+    except Exception:
+        return False
 
 
 class _TorchWatcher:
