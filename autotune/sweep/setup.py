@@ -272,11 +272,7 @@ def _card(opts: SweepOptions, adapter: TrainerAdapter, baseline: Baseline, nvml:
 def emulation_note(adapter: TrainerAdapter, gb: float, gpus: Sequence[tuple[int, str, int]]) -> str:
     """How a ``gb`` card is emulated for this adapter's trials, in one sentence (or why it is not)."""
     who = (
-        adapter.label
-        if adapter.emulates_vram
-        else "the trial-side hook"
-        if adapter.emulates_card()
-        else None
+        adapter.label if adapter.emulates_vram else "the trial-side hook" if adapter.emulates_card() else None
     )
     card = f"{format_gb(gb)} card"
     if gpus:
