@@ -9,7 +9,7 @@ and a huge ``--lr`` makes the loss NaN. Everything autotune knows of it comes fr
 hook: step times, the emulated card's peak, the loss passed to ``backward()``, the real batch.
 
 Usage: charlm_train.py --batch-size B --max-iters N [--grad-ckpt true|false] [--lr X]
-                       [--out DIR] [--windows W]
+                       [--out DIR] [--windows W] [--threads T]
 """
 
 from __future__ import annotations
@@ -95,8 +95,10 @@ def main() -> int:
         "--windows", type=int, default=203, help="training windows (a prime: partial batches)"
     )
     parser.add_argument("--out", type=Path, default=None, help="where the final weights go")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steady on a shared host)")
     args = parser.parse_args()
 
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     data = corpus(20_000)
     loader = DataLoader(Windows(data, args.windows), batch_size=args.batch_size, shuffle=True)
