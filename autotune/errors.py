@@ -28,6 +28,16 @@ class ConfigError(UsageError):
     """A config file is unreadable, malformed, or has unknown or invalid keys."""
 
 
+class ScriptLineRefused(ConfigError):
+    """A launcher script line that cannot be read without a shell (``config.shellscript``): the
+    parser raises it with the line number and why; the caller words it with the file name."""
+
+    def __init__(self, line: int, why: str) -> None:
+        super().__init__(why)
+        self.line = line
+        self.why = why
+
+
 class UnknownTrainerError(UsageError):
     """A trainer name that no adapter is registered for."""
 

@@ -102,7 +102,7 @@ def test_bad_study_names_are_usage_errors(name: str) -> None:
         (
             {"knobs": [{"name": "batch_size"}]},
             [
-                "knobs: the study has [{'name': 'batch_size', 'type': 'int'}], this run [{'name': 'batch_size'}]"
+                "knobs.batch_size.type: the study has 'int', this run (not set)"  # named entries: the one that changed
             ],
         ),
     ],

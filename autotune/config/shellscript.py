@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, ScriptLineRefused
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
@@ -81,13 +81,6 @@ class LaunchScript:
     line: int
 
 
-class _Refused(Exception):
-    def __init__(self, line: int, why: str) -> None:
-        super().__init__(why)
-        self.line = line
-        self.why = why
-
-
 # --- tokens ------------------------------------------------------------------------------------
 
 
@@ -140,14 +133,14 @@ def _tokenize(text: str) -> list[list[_Word | str]]:
         elif c == "'":
             close = text.find("'", i + 1)
             if close < 0:
-                raise _Refused(line, "a single quote is never closed")
+                raise ScriptLineRefused(line, "a single quote is never closed")
             add(_Part(text[i + 1 : close], quoted=True))
             line += text.count("\n", i, close)
             i = close + 1
         elif c == '"':
             i, line = _double_quoted(text, i + 1, line, add)
         elif c == "`":
-            raise _Refused(line, "a command substitution (backticks)")
+            raise ScriptLineRefused(line, "a command substitution (backticks)")
         elif c == "$":
             i = _dollar(text, i, line, quoted=False, add=add)
         elif c == "&" and text[i + 1 : i + 2] == "&":
@@ -156,7 +149,7 @@ def _tokenize(text: str) -> list[list[_Word | str]]:
             i += 2
         elif c in "|;&<>()":
             two = text[i : i + 2]
-            raise _Refused(line, "it uses " + _OPERATORS.get(two if two == "||" else c, repr(c)))
+            raise ScriptLineRefused(line, "it uses " + _OPERATORS.get(two if two == "||" else c, repr(c)))
         else:
             add(_Part(c, quoted=False))
             i += 1
@@ -181,7 +174,7 @@ def _double_quoted(text: str, i: int, line: int, add: Callable[[_Part], None]) -
             i += 2
             continue
         if c == "`":
-            raise _Refused(line, "a command substitution (backticks)")
+            raise ScriptLineRefused(line, "a command substitution (backticks)")
         if c == "$":
             add(_Part("".join(buf), quoted=True))
             buf = []
@@ -191,24 +184,24 @@ def _double_quoted(text: str, i: int, line: int, add: Callable[[_Part], None]) -
             line += 1
         buf.append(c)
         i += 1
-    raise _Refused(start_line, "a double quote is never closed")
+    raise ScriptLineRefused(start_line, "a double quote is never closed")
 
 
 def _dollar(text: str, i: int, line: int, *, quoted: bool, add: Callable[[_Part], None]) -> int:
     """Read the expansion at ``text[i] == '$'``; returns the index after it."""
     nxt = text[i + 1 : i + 2]
     if nxt == "(":
-        raise _Refused(
+        raise ScriptLineRefused(
             line, "a command substitution '$(...)'" if text[i + 2 : i + 3] != "(" else "arithmetic '$((...))'"
         )
     if nxt == "{":
         close = text.find("}", i + 2)
         if close < 0:
-            raise _Refused(line, "a '${' is never closed")
+            raise ScriptLineRefused(line, "a '${' is never closed")
         inner = text[i + 2 : close]
         m = _NAME.match(inner)
         if not m:
-            raise _Refused(
+            raise ScriptLineRefused(
                 line,
                 f"'${{{inner}}}' is not a variable this reader expands (script arguments and "
                 "special parameters are not available)",
@@ -216,12 +209,12 @@ def _dollar(text: str, i: int, line: int, *, quoted: bool, add: Callable[[_Part]
         rest = inner[m.end() :]
         op = next((o for o in (":-", ":?", "-", "?") if rest.startswith(o)), None)
         if rest and op is None:
-            raise _Refused(
+            raise ScriptLineRefused(
                 line, f"'${{{inner}}}': only ${{NAME}}, ${{NAME:-default}} and ${{NAME:?message}} are read"
             )
         operand = rest[len(op) :] if op else ""
         if "$" in operand or "`" in operand:
-            raise _Refused(line, f"'${{{inner}}}': an expansion inside a default is not read")
+            raise ScriptLineRefused(line, f"'${{{inner}}}': an expansion inside a default is not read")
         add(_Part(m.group(0), quoted=quoted, var=True, op=op or "", operand=operand))
         return close + 1
     m = _NAME.match(text, i + 1)
@@ -229,7 +222,7 @@ def _dollar(text: str, i: int, line: int, *, quoted: bool, add: Callable[[_Part]
         add(_Part(m.group(0), quoted=quoted, var=True))
         return m.end()
     if nxt and (nxt.isdigit() or nxt in "@*#?$!-"):
-        raise _Refused(line, f"'${nxt}' (script arguments and special parameters are not available)")
+        raise ScriptLineRefused(line, f"'${nxt}' (script arguments and special parameters are not available)")
     add(_Part("$", quoted=quoted))  # a lone '$' is literal, as in bash
     return i + 1
 
@@ -288,9 +281,11 @@ class _Reader:
         if part.op in (":-", "-"):
             return part.operand if missing else str(value)
         if part.op in (":?", "?") and missing:
-            raise _Refused(line, f"${{{part.text}}} is not set: {part.operand or 'the script requires it'}")
+            raise ScriptLineRefused(
+                line, f"${{{part.text}}} is not set: {part.operand or 'the script requires it'}"
+            )
         if value is None:
-            raise _Refused(
+            raise ScriptLineRefused(
                 line,
                 f"${part.text} is not defined: neither the script nor the environment sets it "
                 f"(export {part.text}=... in the script or in the shell you run autotune from)",
@@ -309,9 +304,9 @@ class _Reader:
         head = words[0].unquoted_literal()
         line = words[0].line
         if head in _CONTROL:
-            raise _Refused(line, f"it uses shell control flow ('{head}')")
+            raise ScriptLineRefused(line, f"it uses shell control flow ('{head}')")
         if head in _SOURCE:
-            raise _Refused(
+            raise ScriptLineRefused(
                 line,
                 f"'{head}' runs another file; give the venv's Python by path (/venv/bin/python) "
                 "or run autotune from the activated environment",
@@ -320,10 +315,10 @@ class _Reader:
             options = [w.unquoted_literal() for w in words[1:]]
             if options and all(o is not None and _SET_OPTION.fullmatch(o) for o in options):
                 return  # set -e, set -euo pipefail, set -x: about the shell, not the command
-            raise _Refused(line, "'set' with arguments other than options (like set -euo pipefail)")
+            raise ScriptLineRefused(line, "'set' with arguments other than options (like set -euo pipefail)")
         if head == "cd":
             if len(words) != 2:
-                raise _Refused(line, "'cd' needs exactly one folder")
+                raise ScriptLineRefused(line, "'cd' needs exactly one folder")
             folder = " ".join(self.expand(words[1]))
             self.cwd = folder if self.cwd is None or folder.startswith("/") else f"{self.cwd}/{folder}"
             return
@@ -336,7 +331,7 @@ class _Reader:
                         self.exported[name_only] = value
                     continue
                 if not self._is_assignment(w):
-                    raise _Refused(w.line, "'export' takes NAME=value or NAME")
+                    raise ScriptLineRefused(w.line, "'export' takes NAME=value or NAME")
                 name, value = self.assign(w)
                 self.shell[name] = value
                 self.exported[name] = value
@@ -355,7 +350,7 @@ class _Reader:
             return
         argv = [field for w in words[k:] for field in self.expand(w)]
         if self.command is not None:
-            raise _Refused(
+            raise ScriptLineRefused(
                 line,
                 f"a second command ({argv[0]!r}; the first is on line {self.command[0]}): a launcher "
                 "holds exports, cd and exactly one training command",
@@ -385,8 +380,8 @@ def parse_launch_script(text: str, source: str, environ: Mapping[str, str]) -> L
                 if words:
                     reader.statement(words)
                 elif len(chain) > 1:
-                    raise _Refused(_line_of(statement), "an '&&' with no command on one side")
-    except _Refused as exc:
+                    raise ScriptLineRefused(_line_of(statement), "an '&&' with no command on one side")
+    except ScriptLineRefused as exc:
         raise ConfigError(
             f"{source}:{exc.line}: cannot read this launcher line without a shell: {exc.why}"
         ) from None
