@@ -111,7 +111,10 @@ def reason(r: Report, row: TrialRow) -> str:
         limit = f" ({_gb(r.limit_gb)} GiB)" if r.limit_gb is not None else ""
         parts.append(f"peak above the headroom limit{limit}: does not fit")
     if row.get("busy_host"):
-        parts.append(f"HOST BUSY while it ran, its speed is suspect: {row.get('busy_host')}")
+        if row.outcome == "ok":
+            parts.append(f"HOST BUSY while it ran, its speed is suspect: {row.get('busy_host')}")
+        else:
+            parts.append(f"host busy while it ran: {row.get('busy_host')}")
     if row.effective_batch_changed:
         parts.append(f"effective batch {row.get('effective_batch')} (baseline {r.baseline_effective_batch})")
     return "; ".join(parts)

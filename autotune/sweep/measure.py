@@ -108,11 +108,17 @@ def step_text(record: TrialRecord) -> str:
     return f"step {step:.3g} s ± {spread:.2g}" if spread is not None else f"step {step:.3g} s, spread unknown"
 
 
+def busy_text(reason: str, measured: bool) -> str:
+    """The busy-host flag: a measured trial's speed is suspect; any other (an OOM beside another
+    process on the GPU, a timeout) was at least not alone."""
+    return f"HOST BUSY, its speed is suspect: {reason}" if measured else f"host busy while it ran: {reason}"
+
+
 def summary(attrs: Mapping[str, Any]) -> str:
     """The progress line of a finished trial: speed, step time with its spread, peak and fit, and a
     busy host flagged; or its outcome and why."""
     record = TrialRecord(-1, attrs=attrs)
-    busy = f"; HOST BUSY, its speed is suspect: {record.busy_host}" if record.busy_host else ""
+    busy = f"; {busy_text(record.busy_host, record.is_ok)}" if record.busy_host else ""
     if record.is_ok:
         sps, peak = record.samples_per_s or 0.0, record.peak_vram_gb
         steps = f" ({st})" if (st := step_text(record)) else ""
