@@ -336,3 +336,60 @@ def test_an_unlabelled_inference_bar_is_not_the_training_bar() -> None:
     evaluation = [f" {n}%|█| {n}/50 [00:00<00:00, 400.00it/s]" for n in range(1, 51)]
     metrics = read_tqdm("\r".join(hf[:6] + evaluation + hf[6:]))
     assert metrics is not None and metrics.step_time_s == pytest.approx(0.04)
+
+
+# --- the real batch: diffusers' "Running training" block, partial batches counted as partial ------
+
+
+@pytest.mark.parametrize(
+    ("run", "asked", "real"),
+    [
+        ("bs1_ok", 1, 1.0),
+        ("bs1_ga4", 4, 4.0),  # batch 1 x accumulation 4, 6 batches of 1 per epoch
+        ("bs8_six-images_partial-batch", 8, 6.0),  # one batch of 6 per epoch: every step trains 6
+        ("accelerate-launch", 1, 1.0),
+    ],
+)
+def test_sana_real_runs_credit_the_samples_really_stepped(
+    run: str, asked: int, real: float, tmp_path: Path
+) -> None:
+    _need(SANA)
+    import json
+    import shutil
+
+    trial = tmp_path / run
+    trial.mkdir()
+    shutil.copy(SANA / run / "hook.jsonl", trial / "hook.jsonl")  # this fixture's hook counted no samples
+    (trial / "adapter.json").write_text(
+        json.dumps({"effective_batch": asked, "gradient_accumulation_steps": 1})
+    )
+    metrics = get_adapter("sana").read_metrics(trial, (SANA / run / "stderr.log").read_text())
+    assert metrics.step_time_s is not None and metrics.samples_per_s is not None
+    assert metrics.samples_per_s == pytest.approx(real / metrics.step_time_s)
+
+
+@pytest.mark.parametrize(
+    ("text", "asked", "real"),
+    [
+        ("", 8, 8),  # nothing printed: the batch we asked for
+        ("***** Running training *****\n  Num examples = 6\n", 8, 8),  # an incomplete block: ours
+        (
+            "***** Running training *****\n  Num examples = 10\n  Num batches each epoch = 3\n"
+            "  Total train batch size (w. parallel, distributed & accumulation) = 8\n"
+            "  Gradient Accumulation steps = 2\n",
+            8,
+            2 * 10 / 3,  # batches of 4, 4, 2: an optimizer step of two trains 6.67 on average
+        ),
+        (
+            "***** Running training *****\n  Num examples = 100\n  Num batches each epoch = 1\n"
+            "  Total train batch size (w. parallel, distributed & accumulation) = 4\n"
+            "  Gradient Accumulation steps = 1\n",
+            4,
+            4,  # never more than the total batch
+        ),
+    ],
+)
+def test_real_batch_from_the_running_training_block(text: str, asked: int, real: float) -> None:
+    from autotune.trainers.readers.runblock import real_batch
+
+    assert real_batch(text, asked) == pytest.approx(real)

@@ -68,6 +68,7 @@ from autotune.trainers.readers.chain import printed_readings
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.ltx2log import parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.readers.runblock import real_batch
 
 KNOBS = ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
 EXTRA_PLACEHOLDERS = ("config", "steps", "gradient_accumulation_steps", "trial_dir")
@@ -323,7 +324,8 @@ class CommandAdapter(TrainerAdapter):
             printed = printed_readings(text, accumulation if isinstance(accumulation, int) else 1)
             merged = merge_metrics(file_metrics, log, hook, *printed)
             counted = real_samples_per_s(hook, file_metrics)
-            return finish_metrics(merged, batch, keep_reported=True, counted=counted)
+            real = real_batch(text, batch)  # a diffusers-style script's partial batches count as partial
+            return finish_metrics(merged, real, keep_reported=True, counted=counted)
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

@@ -88,7 +88,7 @@ def read_output(trial_dir: Path, output: str) -> str:
 
 
 def finish_metrics(
-    metrics: TrialMetrics, effective_batch: int | None, *, keep_reported: bool, counted: float | None = None
+    metrics: TrialMetrics, effective_batch: float | None, *, keep_reported: bool, counted: float | None = None
 ) -> TrialMetrics:
     """Samples/s: ``counted`` (the data loaders' real batches, read by the hook) when there is one,
     else from the steady step time and the batch we asked for (the trainer's own figure is coarse)."""

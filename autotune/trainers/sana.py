@@ -53,6 +53,7 @@ from autotune.trainers.common import (
 from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.readers.runblock import real_batch
 from autotune.trainers.readers.tqdmbar import read_tqdm
 
 KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
@@ -296,10 +297,12 @@ class SanaAdapter(TrainerAdapter):
             record = read_trial_record(trial_dir)
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            tqdm = read_tqdm(read_output(trial_dir, output)) or TrialMetrics()  # time, spread and losses
+            text = read_output(trial_dir, output)
+            tqdm = read_tqdm(text) or TrialMetrics()  # time, spread and losses
             merged = merge_metrics(hook, file_metrics, tqdm)
             counted = real_samples_per_s(hook, file_metrics)
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+            batch = real_batch(text, effective_batch_of(record))  # partial batches count as partial
+            return finish_metrics(merged, batch, keep_reported=False, counted=counted)
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 
