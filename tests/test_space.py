@@ -19,14 +19,28 @@ def cand(q: str = "int8-quanto", o: str = "adamw8bit", b: int = 1, gc: bool = Tr
     )
 
 
-@pytest.mark.parametrize(
-    ("max_batch", "expected"),
-    [(1, (1,)), (2, (1, 2)), (6, (1, 2, 4, 6)), (16, (1, 2, 4, 8, 16)), (24, (1, 2, 4, 8, 16, 24))],
-)
-def test_batch_sizes_double_and_keep_a_non_power_of_two_max(
-    max_batch: int, expected: tuple[int, ...]
-) -> None:
+@pytest.mark.parametrize(("max_batch", "expected"), [(1, (1,)), (2, (1, 2)), (6, (1, 2, 3, 4, 5, 6))])
+def test_batch_sizes_are_every_integer_up_to_the_max(max_batch: int, expected: tuple[int, ...]) -> None:
     assert batch_sizes(max_batch) == expected
+    assert batch_sizes(24) == tuple(range(1, 25))
+
+
+@pytest.mark.parametrize(
+    ("max_batch", "ladder", "expected"),
+    [(16, (1, 2, 4, 8), (1, 2, 4, 8)), (6, (8, 4, 2, 1, 4), (1, 2, 4)), (24, (1, 24, 16), (1, 16, 24))],
+)
+def test_a_batch_ladder_keeps_its_sizes_up_to_the_max(
+    max_batch: int, ladder: tuple[int, ...], expected: tuple[int, ...]
+) -> None:
+    assert batch_sizes(max_batch, ladder) == expected
+    space = Space.from_text(KNOBS_YAML, max_batch_size=max_batch, allow_extra_savers=False, batch_ladder=ladder)
+    assert space.batch_values() == expected
+
+
+@pytest.mark.parametrize(("ladder", "match"), [((0, 2), "positive integers"), ((32,), "none is <=")])
+def test_a_bad_batch_ladder_says_what_is_wrong(ladder: tuple[int, ...], match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        batch_sizes(16, ladder)
 
 
 def test_batch_sizes_reject_zero() -> None:
