@@ -33,7 +33,9 @@ def test_a_batch_ladder_keeps_its_sizes_up_to_the_max(
     max_batch: int, ladder: tuple[int, ...], expected: tuple[int, ...]
 ) -> None:
     assert batch_sizes(max_batch, ladder) == expected
-    space = Space.from_text(KNOBS_YAML, max_batch_size=max_batch, allow_extra_savers=False, batch_ladder=ladder)
+    space = Space.from_text(
+        KNOBS_YAML, max_batch_size=max_batch, allow_extra_savers=False, batch_ladder=ladder
+    )
     assert space.batch_values() == expected
 
 

@@ -57,6 +57,7 @@ def margin(p: Point, min_noise: float) -> float:
 def lower_hull(pts: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
     """The measured points (b, T, margin) on the lower convex hull of step time against batch.
 
+    A point counts as above the hull only when it is above by more than its noise margin.
     A point above the hull paid extra for its own batch (an odd size the kernels dislike,
     allocator retries near the memory limit): convexity does not hold there, so no secant
     starts from it.
@@ -68,8 +69,9 @@ def lower_hull(pts: list[tuple[int, float, float]]) -> list[tuple[int, float, fl
                 continue
             hull.pop()
         while len(hull) >= 2:
-            (b1, t1, _), (b2, t2, _) = hull[-2], hull[-1]
-            if (t2 - t1) * (p[0] - b1) >= (p[1] - t1) * (b2 - b1):  # hull[-1] on or above the chord
+            (b1, t1, _), (b2, t2, m2) = hull[-2], hull[-1]
+            chord = t1 + (p[1] - t1) * (b2 - b1) / (p[0] - b1)
+            if t2 * (1 - m2) > chord:  # hull[-1] above the chord by more than its noise
                 hull.pop()
             else:
                 break

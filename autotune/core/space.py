@@ -273,11 +273,12 @@ class Space:
             if unknown:
                 raise ConfigError(f"{where} ({name}): unknown keys {sorted(unknown)}")
             if raw.get("type") == "int":
+                values: tuple[ParamValue, ...]
                 if batch_ladder is not None and name == "batch_size":
                     values = batch_sizes(max_batch_size, batch_ladder)
                 elif "values" in raw:
                     listed = sorted({_int_value(v, where) for v in raw["values"]})
-                    values: tuple[ParamValue, ...] = tuple(v for v in listed if v <= max_batch_size)
+                    values = tuple(v for v in listed if v <= max_batch_size)
                     if not values:
                         raise ConfigError(
                             f"{where} ({name}): no value is <= --max-batch-size {max_batch_size}"

@@ -159,20 +159,13 @@ class Strategy:
         noise = REMEASURE_WITHIN * max(best.noise, second.noise, self.min_noise)
         lo, hi = sorted((best.samples_per_s, second.samples_per_s))
         base = k.points.get(self.baseline)
-        contenders = [best, second]
         if lo >= hi * (1 - noise):
-            due = [p for p in contenders if p.runs < REMEASURE_RUNS and p.candidate not in k.running]
+            due = [p for p in (best, second) if p.runs < REMEASURE_RUNS and p.candidate not in k.running]
             if due:
                 return min(due, key=lambda p: p.runs).candidate  # the less measured first
-        remeasured = any(p.runs > 1 for p in contenders)
-        if (
-            remeasured
-            and base is not None
-            and base.runs < 2
-            and self.baseline not in k.running
-            and all(p.candidate != self.baseline for p in contenders)
-        ):
-            return self.baseline
+        remeasured = any(p.runs > 1 for c, p in k.points.items() if c != self.baseline)
+        if remeasured and base is not None and base.runs < 2 and self.baseline not in k.running:
+            return self.baseline  # once: the speed-up's denominator, measured as often as a contender
         return None
 
     # -- what next -------------------------------------------------------------------------

@@ -36,6 +36,8 @@ class SearchStrategy(Protocol):
 
     def next_candidate(self, history: Sequence[Observation]) -> Candidate | None: ...
 
+    def remeasure(self, history: Sequence[Observation]) -> Candidate | None: ...
+
     def best(self, history: Sequence[Observation]) -> Observation | None: ...
 
     def ruled_out(self, history: Sequence[Observation]) -> list[Verdict]: ...
@@ -129,7 +131,7 @@ def plan_sweep(
     base_ga = int(base_params.pop("gradient_accumulation_steps", 1) or 1)
     num_gpus = max(1, baseline.num_gpus)
     target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
-    max_bs = opts.max_batch_size or DEFAULT_MAX_BATCH_SIZE
+    max_bs = opts.max_batch_size or (max(opts.batch_sizes) if opts.batch_sizes else DEFAULT_MAX_BATCH_SIZE)
     limit = adapter.max_batch_size(baseline)
     if limit is not None:
         max_bs = min(max_bs, int(limit))
@@ -140,7 +142,11 @@ def plan_sweep(
     knob_path = opts.knob_file or knob_file_path(adapter.knob_file)
     knob_data = read_knob_file(knob_path)
     space = Space.from_mapping(
-        knob_data, source=str(knob_path), max_batch_size=max_bs, allow_extra_savers=opts.allow_extra_savers
+        knob_data,
+        source=str(knob_path),
+        max_batch_size=max_bs,
+        allow_extra_savers=opts.allow_extra_savers,
+        batch_ladder=opts.batch_sizes,
     )
     knobs = st.knob_defs(knob_data)
     dists = st.distributions(knobs, max_bs)
@@ -173,6 +179,8 @@ def plan_sweep(
     # For the report's launch command (informational: a resume may change them, see store.settings).
     if opts.full_steps is not None:
         settings["full_steps"] = opts.full_steps
+    if opts.batch_sizes is not None:  # only when given: studies from before the flag resume unchanged
+        settings["batch_sizes"] = ",".join(map(str, space.batch_values()))
     launch_folder = adapter.launch_folder()  # where a template trainer's trials run
     if launch_folder is not None:
         settings["launch_cwd"] = str(launch_folder)
