@@ -207,3 +207,14 @@ def test_family_drops_only_the_batch() -> None:
 )
 def test_fidelity_score(candidate: Candidate, score: int) -> None:
     assert space().fidelity_score(candidate) == score
+
+
+def test_the_batch_sizes_flag_parses_a_comma_list() -> None:
+    import argparse
+
+    from autotune.cli.sweep_worker import batch_list
+
+    assert batch_list("8, 1,2,4,2") == (1, 2, 4, 8)
+    for bad in ("", "0,2", "two"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--batch-sizes"):
+            batch_list(bad)

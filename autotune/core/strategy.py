@@ -17,13 +17,17 @@ Definitions the sweep and the report rely on:
   peak went over the headroom line (the reason says which). Also, after a knob
   combination failed for another reason (crash, timeout, ...) as often as allowed,
   its bigger batch sizes are not run.
-- **Family**: every knob but the batch size. Within a family peak memory is close to
-  affine in batch size; the line through the family's measured peaks (or, with one
-  point, a neighbour family's slope) predicts the largest fitting batch, and the
-  next probe goes there. Only real runs decide fit.
+- **Family**: every knob but the batch size. Batch sizes are integers. Within a family
+  peak memory is close to affine in batch size; the line through the family's measured
+  peaks (or, with one point, a neighbour family's slope; with none, a doubling ladder)
+  predicts the largest fitting batch, and the next probe goes there; the batch above the
+  largest measured fit is then run too, so the limit is proven on both sides
+  (``autotune.core.memory.pick_batch``). Only real runs decide fit.
 - **Speed upper bound** ``UB(c)``: how fast an unmeasured candidate could possibly be,
   from the family's measured step times (step time never falls as the batch grows and
-  is convex in it) and, across families, the ``speed_priors``; infinite with no bound.
+  is convex in it), across families the ``speed_priors`` and the speed ratios learned
+  between families measured at a common batch; infinite with no bound. Each measured
+  figure is widened by its noise (``knowledge.noise_of``, from its spread).
   The assumptions and the secants are in ``autotune.core.bounds``.
 - **Could still win**: ``UB(c) > best * (1 + min_gain)``, or ``c`` has higher fidelity
   than the best and ``UB(c) >= best * (1 - tie)`` (it could win the near-tie). This
