@@ -23,6 +23,9 @@ def cand(q: str = "int8-quanto", o: str = "adamw8bit", b: int = 1, gc: bool = Tr
 def test_batch_sizes_are_every_integer_up_to_the_max(max_batch: int, expected: tuple[int, ...]) -> None:
     assert batch_sizes(max_batch) == expected
     assert batch_sizes(24) == tuple(range(1, 25))
+    huge = batch_sizes(1048576)  # past 64 they double: a huge maximum is still a short list
+    assert huge[:64] == tuple(range(1, 65)) and huge[64:67] == (128, 256, 512) and huge[-1] == 1048576
+    assert len(huge) == 64 + 14
 
 
 @pytest.mark.parametrize(

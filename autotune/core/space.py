@@ -172,8 +172,13 @@ class Knob:
             ) from None
 
 
+#: Every integer batch size up to this one is a candidate; above it they double (then the maximum).
+EVERY_INTEGER_UP_TO = 64
+
+
 def batch_sizes(max_batch_size: int, ladder: Sequence[int] | None = None) -> tuple[int, ...]:
-    """Every integer batch size from 1 to ``max_batch_size``; or ``ladder``'s sizes up to it.
+    """Every integer batch size from 1 to ``max_batch_size`` (doubling past ``EVERY_INTEGER_UP_TO``);
+    or ``ladder``'s sizes up to it.
 
     Integers, not a power-of-two ladder: the largest batch that fits is rarely a power
     of two, and it is where the speed is. The search still brackets the memory limit
@@ -183,7 +188,14 @@ def batch_sizes(max_batch_size: int, ladder: Sequence[int] | None = None) -> tup
     if max_batch_size < 1:
         raise ConfigError(f"--max-batch-size must be at least 1, got {max_batch_size}")
     if ladder is None:
-        return tuple(range(1, max_batch_size + 1))
+        sizes = list(range(1, min(max_batch_size, EVERY_INTEGER_UP_TO) + 1))
+        step = EVERY_INTEGER_UP_TO * 2
+        while step < max_batch_size:  # past it, doubling: a huge maximum stays a short list
+            sizes.append(step)
+            step *= 2
+        if sizes[-1] != max_batch_size:
+            sizes.append(max_batch_size)
+        return tuple(sizes)
     bad = [b for b in ladder if isinstance(b, bool) or not isinstance(b, int) or b < 1]
     if bad or not ladder:
         raise ConfigError(
