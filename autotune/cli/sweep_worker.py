@@ -133,7 +133,8 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "--max-batch-size",
         type=positive_int("--max-batch-size"),
         help=f"largest batch size tried (default: {DEFAULT_MAX_BATCH_SIZE}; the dataset's size also caps it). "
-        "Every integer up to it may be tried: a ladder 1, 2, 4, ... brackets each config's memory limit, "
+        "Every integer up to it may be tried (past 64 they double): a ladder 1, 2, 4, ... brackets each "
+        "config's memory limit, "
         "the measured memory line predicts the largest batch that fits, and runs verify it and its +1",
     )
     p.add_argument(
