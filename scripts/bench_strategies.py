@@ -98,6 +98,10 @@ class _Base:
     def next_candidate(self, history: Sequence[Observation]) -> Candidate | None:
         raise NotImplementedError
 
+    def remeasure(self, history: Sequence[Observation]) -> Candidate | None:
+        """None of them re-measures a near-tie: each decides on its single runs."""
+        return None
+
 
 class GridStrategy(_Base):
     """Every candidate once: the baseline, then the grid in knob-file order."""

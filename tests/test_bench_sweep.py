@@ -156,3 +156,55 @@ def test_real_sweep_takes_the_same_trials_as_in_process(tmp_path: Path, name: st
     assert real.history == fast.history
     assert real.gpu_s == pytest.approx(fast.gpu_s, rel=1e-6)
     assert real.best_params == fast.best_params and real.found
+
+
+def test_the_targets_are_judged_on_held_out_seeds_stated_in_the_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = bench.parse_args([])
+    assert (args.first_seed, args.landscapes) == (bench.HELD_OUT_FIRST, bench.HELD_OUT_COUNT) == (1001, 60)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1001..1060" in text and "Development used seeds 1-200" in text
+
+
+def test_the_grid_and_the_truth_are_the_integer_grid() -> None:
+    land = generate(3)
+    space = bench.space_of(land)
+    assert space.batch_values() == tuple(range(1, land.max_batch_size + 1))
+    assert land.batch_sizes() == list(range(1, land.max_batch_size + 1))
+    truth = land.true_best()
+    assert truth is not None and truth[0]["batch_size"] == 3  # no ladder would have found it
+
+
+def test_ours_runs_at_most_two_trials_where_nothing_fits() -> None:
+    nothing = [land for land in suite(200) if land.true_best() is None]
+    assert nothing
+    for land in nothing:
+        run = bench.run_fast(land, "ours", bench.factory("ours"))
+        assert run.trials <= bench.TARGET_NOFIT_TRIALS, land.name
+
+
+@pytest.mark.process
+def test_a_noisy_near_tie_is_remeasured_the_same_way_in_process_and_through_the_real_sweep(
+    tmp_path: Path,
+) -> None:
+    """The simulated noise makes a near-tie: the real sweep re-runs the same candidates, named so."""
+    import optuna
+
+    land = generate(3)
+    fast = bench.run_fast(land, "ours", bench.factory("ours"))
+    again = [p for p, n in Counter(str(p) for p, _ in fast.history).items() if n > 1]
+    assert again, "seed 3 should have a near-tie to re-measure"
+    real = bench.run_real(land, "ours", tmp_path, tpe_budget=None, seed=0)
+    assert real.error is None, real.error
+    assert real.history == fast.history and real.best_params == fast.best_params and real.found
+    study = optuna.load_study(
+        study_name=f"{land.name}-ours", storage=f"sqlite:///{tmp_path / land.name / 'ours' / 'studies.db'}"
+    )
+    remeasures = [t for t in study.trials if t.user_attrs.get("role") == "remeasure"]
+    assert remeasures and all(
+        study.trials[t.user_attrs["remeasure_of"]].params == t.params for t in remeasures
+    )
+    assert study.user_attrs["remeasured"]

@@ -19,14 +19,33 @@ def cand(q: str = "int8-quanto", o: str = "adamw8bit", b: int = 1, gc: bool = Tr
     )
 
 
-@pytest.mark.parametrize(
-    ("max_batch", "expected"),
-    [(1, (1,)), (2, (1, 2)), (6, (1, 2, 4, 6)), (16, (1, 2, 4, 8, 16)), (24, (1, 2, 4, 8, 16, 24))],
-)
-def test_batch_sizes_double_and_keep_a_non_power_of_two_max(
-    max_batch: int, expected: tuple[int, ...]
-) -> None:
+@pytest.mark.parametrize(("max_batch", "expected"), [(1, (1,)), (2, (1, 2)), (6, (1, 2, 3, 4, 5, 6))])
+def test_batch_sizes_are_every_integer_up_to_the_max(max_batch: int, expected: tuple[int, ...]) -> None:
     assert batch_sizes(max_batch) == expected
+    assert batch_sizes(24) == tuple(range(1, 25))
+    huge = batch_sizes(1048576)  # past 64 they double: a huge maximum is still a short list
+    assert huge[:64] == tuple(range(1, 65)) and huge[64:67] == (128, 256, 512) and huge[-1] == 1048576
+    assert len(huge) == 64 + 14
+
+
+@pytest.mark.parametrize(
+    ("max_batch", "ladder", "expected"),
+    [(16, (1, 2, 4, 8), (1, 2, 4, 8)), (6, (8, 4, 2, 1, 4), (1, 2, 4)), (24, (1, 24, 16), (1, 16, 24))],
+)
+def test_a_batch_ladder_keeps_its_sizes_up_to_the_max(
+    max_batch: int, ladder: tuple[int, ...], expected: tuple[int, ...]
+) -> None:
+    assert batch_sizes(max_batch, ladder) == expected
+    space = Space.from_text(
+        KNOBS_YAML, max_batch_size=max_batch, allow_extra_savers=False, batch_ladder=ladder
+    )
+    assert space.batch_values() == expected
+
+
+@pytest.mark.parametrize(("ladder", "match"), [((0, 2), "positive integers"), ((32,), "none is <=")])
+def test_a_bad_batch_ladder_says_what_is_wrong(ladder: tuple[int, ...], match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        batch_sizes(16, ladder)
 
 
 def test_batch_sizes_reject_zero() -> None:
@@ -191,3 +210,14 @@ def test_family_drops_only_the_batch() -> None:
 )
 def test_fidelity_score(candidate: Candidate, score: int) -> None:
     assert space().fidelity_score(candidate) == score
+
+
+def test_the_batch_sizes_flag_parses_a_comma_list() -> None:
+    import argparse
+
+    from autotune.cli.sweep_worker import batch_list
+
+    assert batch_list("8, 1,2,4,2") == (1, 2, 4, 8)
+    for bad in ("", "0,2", "two"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--batch-sizes"):
+            batch_list(bad)

@@ -107,8 +107,9 @@ def test_fit_below_a_measured_fit_is_known_but_still_measured_when_it_could_win(
         ([ok(cand(b=2), 1.10, 40), ok(cand(b=2, o="adamw"), 1.09, 41)], cand(b=2, o="adamw")),
         # out of noise: speed wins
         ([ok(cand(b=2), 1.10, 40), ok(cand(b=2, o="adamw"), 1.00, 41)], cand(b=2)),
-        # a wide measured spread widens the tie
-        ([ok(cand(b=2), 1.10, 40, 0.06), ok(cand(b=2, q="none"), 1.05, 60)], cand(b=2, q="none")),
+        # a wide measured spread widens the tie (a run's noise: half its per-step spread)
+        ([ok(cand(b=2), 1.10, 40, 0.12), ok(cand(b=2, q="none"), 1.05, 60)], cand(b=2, q="none")),
+        ([ok(cand(b=2), 1.10, 40, 0.06), ok(cand(b=2, q="none"), 1.05, 60)], cand(b=2)),
         # over headroom and NaN never win
         ([ok(cand(b=1), 1.0, 30), ok(cand(b=8), 2.0, 75)], cand(b=1)),
         ([ok(cand(b=1), 1.0, 30), Observation(cand(b=2), "nan", 2.0, 40)], cand(b=1)),
@@ -329,3 +330,119 @@ def test_sim_trainer_prints_ltx2_statistics_or_a_cuda_oom(tmp_path: Path) -> Non
     assert run.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in run.stderr
     assert "Training Statistics" not in run.stdout
+
+
+# -- integer batch sizes, noise, learned priors (issue 17) ----------------------------------------
+BATCH_ONLY = "knobs:\n  - name: batch_size\n    type: int\n"
+
+
+def batch_search(peak_of: object, step_s_of: object, max_batch: int = 16) -> list[Observation]:
+    """A whole search of a batch-only space on a card of 48 GB (fit line 43.2 GB), re-measures included."""
+    s = Space.from_text(BATCH_ONLY, max_batch_size=max_batch, allow_extra_savers=False)
+    strat = Strategy(s, s.candidate({"batch_size": 1}), 48.0, 0.1)
+    history: list[Observation] = []
+    while (c := strat.next_candidate(history) or strat.remeasure(history)) is not None:
+        assert len(history) < max_batch, "the search walks the integers"
+        b = s.batch(c)
+        peak = peak_of(b)  # type: ignore[operator]
+        if peak > 48.0:
+            history.append(oom(c))
+        else:
+            history.append(ok(c, b / step_s_of(b), peak))  # type: ignore[operator]
+    best = strat.best(history)
+    assert best is not None
+    history.append(best)  # the pick, last
+    return history
+
+
+@pytest.mark.parametrize(
+    ("peak_of", "limit", "most"),
+    [
+        (lambda b: 20.0 + 3.0 * b, 7, 5),  # affine: the line predicts 7 at once; 8 (44 GB) is over the line
+        (lambda b: 4.0 * -(-(20.0 + 3.0 * b) // 4.0), 6, 6),  # allocator blocks of 4 GB: 7 -> 44 GB, over
+        # fragmentation grows with the batch: the line overshoots (12, 11 OOM, cheaply), then bisects
+        (lambda b: 18.0 + 1.0 * b + 0.35 * b * b, 7, 10),
+    ],
+)
+def test_the_largest_fitting_batch_is_found_exactly_and_its_plus_one_verified(
+    peak_of: object, limit: int, most: int
+) -> None:
+    *runs, best = batch_search(peak_of, lambda b: 1.0 + 0.5 * b)
+    batches = [b.candidate.params["batch_size"] for b in runs]
+    assert best.candidate.params["batch_size"] == limit  # not the power of two below it
+    assert limit in batches and limit + 1 in batches  # the limit, and the one above it, ran for real
+    assert len(batches) <= most  # far from all 16 integers
+
+
+def test_a_batch_between_two_measured_ones_that_could_win_is_measured() -> None:
+    # Odd batch sizes pay 12 % more per step: 7 is slow, 6 is the fastest that fits.
+    *runs, best = batch_search(lambda b: 20.0 + 3.0 * b, lambda b: (1.0 + 0.5 * b) * (1.12 if b % 2 else 1.0))
+    assert best.candidate.params["batch_size"] == 6
+    assert 7 in [r.candidate.params["batch_size"] for r in runs]
+
+
+def test_a_secant_never_starts_at_a_batch_that_paid_extra() -> None:
+    from autotune.core.bounds import own_bound
+
+    t = {1: 28.6, 2: 42.0, 3: 62.1, 4: 73.1, 5: 95.6, 7: 130.6}  # 5 and 7: odd sizes paying 8 %
+    true_6 = 6 / 0.0572
+    pts = [(b, ti, 0.015) for b, ti in sorted(t.items())]
+    assert own_bound(pts, 6) >= 6 / true_6  # the bound still lets batch 6 win
+    assert own_bound(pts, 9) < 9 / (130.6 * 0.985)  # and the hull's secants still bound beyond
+
+
+def test_a_near_tie_is_remeasured_within_a_bound_then_the_baseline_once() -> None:
+    from autotune.core.strategy import REMEASURE_RUNS
+
+    s = strategy()
+    a, b = cand(b=2), cand(b=2, o="adamw")
+    history = [ok(cand(), 1.0, 30, 0.02), ok(a, 1.50, 40, 0.03), ok(b, 1.48, 41, 0.03)]
+    asked = []
+    while (c := s.remeasure(history)) is not None:
+        asked.append(c)
+        history.append(ok(c, {a: 1.50, b: 1.48}.get(c, 1.0), 40, 0.03))
+        assert len(asked) <= 2 * REMEASURE_RUNS
+    assert Counter(asked) == {a: REMEASURE_RUNS - 1, b: REMEASURE_RUNS - 1, cand(): 1}
+    assert asked[-1] == cand()  # the baseline last, once
+    best, second = s.best(history), s.runner_up(history)
+    assert best is not None and second is not None and {best.candidate, second.candidate} == {a, b}
+
+
+def test_no_remeasure_outside_the_noise_and_noise_narrows_with_runs() -> None:
+    from autotune.core.knowledge import noise_of
+
+    s = strategy()
+    history = [
+        ok(cand(), 1.0, 30, 0.02),
+        ok(cand(b=2), 1.50, 40, 0.02),
+        ok(cand(b=2, o="adamw"), 1.30, 41, 0.02),
+    ]
+    assert s.remeasure(history) is None
+    assert noise_of([0.04, 0.04], [1.0, 1.0]) == pytest.approx(noise_of([0.04], [1.0]) / 2**0.5)
+    assert noise_of([0.01, 0.01], [1.0, 1.2]) > noise_of([0.01], [1.0])  # runs that disagree: noisier
+
+
+def test_a_family_slower_at_a_cheap_batch_is_not_climbed() -> None:
+    """The learned ratio: bf16 measured at batch 1 at half the speed of int8 ends the bf16 family."""
+    s = strategy()
+    history = [
+        ok(cand(b=1), 1.0, 20),
+        ok(cand(b=2), 1.6, 24),
+        ok(cand(b=4), 2.4, 32),
+        ok(cand(b=8), 3.0, 48),
+        ok(cand(b=9), 3.05, 52),
+        ok(cand(b=10), 3.1, 73),  # over the 72 GB line: 9 is the limit
+    ]
+    bf16 = [
+        c
+        for c in s.could_win(history)
+        if c.params["quantization"] == "none" and c.params["gradient_checkpointing"]
+    ]
+    assert bf16  # unmeasured: it could still win
+    history.append(ok(cand(b=1, q="none"), 0.5, 40))
+    bf16 = [
+        c
+        for c in s.could_win(history)
+        if c.params["quantization"] == "none" and c.params["gradient_checkpointing"]
+    ]
+    assert bf16 == []

@@ -16,6 +16,15 @@ from autotune.cli.base import EXIT_INTERRUPTED, EXIT_OK, duration, fraction, pos
 from autotune.errors import UsageError
 
 
+def batch_list(text: str) -> tuple[int, ...]:
+    """``--batch-sizes 1,2,4,8``: positive integers, comma-separated."""
+    parse = positive_int("--batch-sizes")
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"--batch-sizes wants sizes like 1,2,4,8; got {text!r}")
+    return tuple(sorted({parse(x) for x in parts}))
+
+
 def add_sweep(sub: argparse._SubParsersAction) -> None:
     from autotune.core.units import format_duration
     from autotune.sweep.options import (
@@ -140,8 +149,17 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-batch-size",
         type=positive_int("--max-batch-size"),
-        help=f"largest batch size tried: 1, 2, 4, ... up to it (default: {DEFAULT_MAX_BATCH_SIZE}; "
-        "the dataset's size also caps it)",
+        help=f"largest batch size tried (default: {DEFAULT_MAX_BATCH_SIZE}; the dataset's size also caps it). "
+        "Every integer up to it may be tried (past 64 they double): a ladder 1, 2, 4, ... brackets each "
+        "config's memory limit, "
+        "the measured memory line predicts the largest batch that fits, and runs verify it and its +1",
+    )
+    p.add_argument(
+        "--batch-sizes",
+        type=batch_list,
+        metavar="B1,B2,...",
+        help="only these batch sizes, e.g. 1,2,4,8 (a ladder, as before integers were searched); "
+        "each is per GPU, and those past --max-batch-size are dropped",
     )
     p.add_argument(
         "--keep-effective-batch",
@@ -229,6 +247,7 @@ def sweep_options(args: argparse.Namespace) -> Any:
         "stall_timeout_s": args.stall_timeout,
         "headroom": args.headroom,
         "max_batch_size": args.max_batch_size,
+        "batch_sizes": args.batch_sizes,
         "keep_effective_batch": args.keep_effective_batch,
         "allow_extra_savers": args.allow_extra_savers,
         "confirm": args.confirm,

@@ -5,11 +5,16 @@ assumptions about step time ``T(b)`` within a family (every knob but the batch):
 never falls as the batch grows, and it is convex in ``b`` (flat while the GPU is
 under-used, then linear or worse). So ``T(b) >= T(b_i)`` for every measured
 ``b_i <= b``, and a secant through two measured points, extended beyond them, lies
-below ``T``. Each measured time is widened by its noise margin first
-(``max(spread / 3, min_noise)``, at most 50 %). Across families, only knobs listed in
+below ``T``. Secants join neighbours on the lower convex hull of the measured points
+only, and extend to the right only: a batch that pays extra for its size (odd sizes,
+allocator retries) sits above the hull and bounds nothing but through monotonicity.
+Each measured time is widened by its noise margin first (the point's measured
+noise, from its runs' per-step spread and their scatter, ``autotune.core.knowledge.noise_of``;
+at least ``min_noise``, at most 50 %). Across families, only knobs listed in
 the speed priors carry bounds (checkpointing off is at most 1.6x faster and never
-slower than on; 8-bit and full AdamW within 5 %); quantization has none, so each
-quantization is measured. With no bound, ``UB`` is infinite. A measured candidate's
+slower than on; 8-bit and full AdamW within 5 %), and the ratios learned inside the
+study between families measured at a common batch (``SpeedBounds._learned``), which is
+what ends a quantization that loses after one cheap run. With no bound, ``UB`` is infinite. A measured candidate's
 bound is its value plus its noise margin.
 
 ``autotune.core.strategy`` uses these bounds to decide which candidates could still win.
@@ -17,6 +22,7 @@ bound is its value plus its noise margin.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Mapping
@@ -24,6 +30,10 @@ from collections.abc import Mapping
 from autotune.core.grid import Grid
 from autotune.core.knowledge import Knowledge, Point
 from autotune.core.space import Candidate, ParamValue
+
+#: How far the speed ratio of two families may drift from the batch it was measured at to
+#: another batch (relative): the learned prior's slack, see ``SpeedBounds._learned``.
+LEARNED_DRIFT = 0.10
 
 #: Knob -> {(from_value, to_value): max ratio}, the shape of ``speed_priors``.
 SpeedPriors = Mapping[str, Mapping[tuple[ParamValue, ParamValue], float]]
@@ -40,8 +50,33 @@ DEFAULT_SPEED_PRIORS: dict[str, dict[tuple[ParamValue, ParamValue], float]] = {
 
 
 def margin(p: Point, min_noise: float) -> float:
-    """Relative uncertainty of a measured median: the run-to-run floor, or a third of the per-step spread."""
-    return min(0.5, max(p.spread / 3.0, min_noise))
+    """Relative uncertainty of a measured point: its noise (``knowledge.noise_of``), at least the floor."""
+    return min(0.5, max(p.noise, min_noise))
+
+
+def lower_hull(pts: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
+    """The measured points (b, T, margin) on the lower convex hull of step time against batch.
+
+    A point counts as above the hull only when it is above by more than its noise margin.
+    A point above the hull paid extra for its own batch (an odd size the kernels dislike,
+    allocator retries near the memory limit): convexity does not hold there, so no secant
+    starts from it.
+    """
+    hull: list[tuple[int, float, float]] = []
+    for p in sorted(pts):
+        if hull and hull[-1][0] == p[0]:
+            if p[1] >= hull[-1][1]:
+                continue
+            hull.pop()
+        while len(hull) >= 2:
+            (b1, t1, _), (b2, t2, m2) = hull[-2], hull[-1]
+            chord = t1 + (p[1] - t1) * (b2 - b1) / (p[0] - b1)
+            if t2 * (1 - m2) > chord:  # hull[-1] above the chord by more than its noise
+                hull.pop()
+            else:
+                break
+        hull.append(p)
+    return hull
 
 
 def own_bound(pts: list[tuple[int, float, float]], b: int) -> float:
@@ -50,15 +85,15 @@ def own_bound(pts: list[tuple[int, float, float]], b: int) -> float:
     for bi, ti, mi in pts:
         if bi <= b:
             lows.append(ti * (1 - mi))
-    for i, (b1, t1, m1) in enumerate(pts):
-        for b2, t2, m2 in pts[i + 1 :]:
-            if b > b2:  # extend the secant to the right with the smallest slope the noise allows
-                slope = (t2 * (1 - m2) - t1 * (1 + m1)) / (b2 - b1)
-                if slope > 0:
-                    lows.append(t2 * (1 - m2) + slope * (b - b2))
-            elif b < b1:  # extend it to the left with the largest slope
-                slope = (t2 * (1 + m2) - t1 * (1 - m1)) / (b2 - b1)
-                lows.append(t1 * (1 - m1) - max(slope, 0.0) * (b1 - b))
+    hull = lower_hull(pts)
+    for (b1, t1, m1), (b2, t2, m2) in itertools.pairwise(hull):
+        # Extend each hull secant to the right with the smallest slope the noise allows. Never
+        # to the left: a batch that pays extra breaks convexity there and would hide a faster
+        # batch below it. To the right it only makes the bound looser.
+        if b > b2:
+            slope = (t2 * (1 - m2) - t1 * (1 + m1)) / (b2 - b1)
+            if slope > 0:
+                lows.append(t2 * (1 - m2) + slope * (b - b2))
     low = max(lows)
     return b / low if low > 0 else math.inf
 
@@ -88,6 +123,7 @@ class SpeedBounds:
             else:
                 pts = sorted(by_family.get(grid.family(c), []))
                 ub[c] = own_bound(pts, grid.batch(c))
+        self._learned(k, ub)
         # Relax through the priors and batch monotonicity until nothing tightens.
         neighbours = self._neighbours()
         for _ in range(4 * len(grid.space.knobs) + len(grid.batches)):
@@ -106,6 +142,46 @@ class SpeedBounds:
             if not changed:
                 break
         return ub
+
+    def _learned(self, k: Knowledge, ub: dict[Candidate, float]) -> None:
+        """Tighten ``ub`` with the speed ratios between families measured at a common batch.
+
+        A family's speed relative to another's at the same batch is what its knobs cost per
+        sample (quantized matmuls, recompute), so it carries across batch sizes: within
+        ``LEARNED_DRIFT`` by assumption. Measured at batch ``b`` in both (each widened by its
+        noise), the ratio bounds the family at every other batch by the other's bound there.
+        This is what lets one cheap run at batch 1 end a family that loses everywhere.
+        """
+        grid = self.grid
+        measured: dict[Candidate, dict[int, Point]] = defaultdict(dict)
+        for c, p in k.points.items():
+            if c in grid:
+                measured[grid.family(c)][grid.batch(c)] = p
+        if len(measured) < 2:
+            return
+        ratios: dict[Candidate, list[tuple[Candidate, float]]] = defaultdict(list)
+        for fam, pts in measured.items():
+            for ref, ref_pts in measured.items():
+                if ref == fam:
+                    continue
+                common = [
+                    (pts[b].samples_per_s * (1 + margin(pts[b], self.min_noise)))
+                    / (ref_pts[b].samples_per_s * (1 - margin(ref_pts[b], self.min_noise)))
+                    for b in pts.keys() & ref_pts.keys()
+                ]
+                if common:
+                    ratios[fam].append((ref, min(common) * (1 + LEARNED_DRIFT)))
+        if not ratios:
+            return
+        base = dict(ub)  # bound by the other family's own bound, not one already learned (no cycles)
+        for c in grid.candidates:
+            if c in k.points:
+                continue
+            fam = grid.family(c)
+            for ref, ratio in ratios.get(fam, []):
+                other = grid.space.with_batch(ref, grid.batch(c))
+                if other in base:
+                    ub[c] = min(ub[c], base[other] * ratio)
 
     def _neighbours(self) -> dict[Candidate, list[tuple[Candidate, float]]]:
         """Each candidate's bounding neighbours: (other, max ratio of its samples/s to other's)."""

@@ -9,6 +9,7 @@ that use it are in ``autotune.core.strategy``.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -65,13 +66,42 @@ class Observation:
 
 @dataclass
 class Point:
-    """A candidate's measured result, aggregated over its ok runs."""
+    """A candidate's measured result, aggregated over its ok runs.
+
+    ``spread`` is the per-step spread (relative, the largest of its runs); ``noise`` is how
+    far the mean ``samples_per_s`` may sit from the truth: see ``noise_of``.
+    """
 
     candidate: Candidate
     samples_per_s: float
     spread: float
     peak: float | None
     fits: bool
+    noise: float = 0.0
+    runs: int = 1
+
+
+#: A run's median moves from run to run by about this share of its per-step spread (half the
+#: interquartile range): the median of ~50 steps is itself uncertain (1.25 sigma / sqrt(n)), and
+#: clocks, data order and the allocator move a whole run. Measured on the simulated landscapes,
+#: whose run-to-run bias is 20-50 % of the per-step noise; real cards sit in that range.
+RUN_NOISE_PER_SPREAD = 0.5
+
+
+def noise_of(spreads: Sequence[float], sps: Sequence[float]) -> float:
+    """Relative uncertainty of the mean of ``sps`` (one value per run, each with its per-step spread).
+
+    One run: ``RUN_NOISE_PER_SPREAD`` of its spread. Several: the larger of that and the
+    runs' own scatter (sample standard deviation), divided by the square root of the runs:
+    a re-measure narrows the noise, which is how a near-tie gets decided.
+    """
+    n = len(sps)
+    mean = sum(sps) / n
+    per_run = RUN_NOISE_PER_SPREAD * (sum(spreads) / len(spreads) if spreads else 0.0)
+    if n >= 2 and mean > 0:
+        scatter = math.sqrt(sum((x - mean) ** 2 for x in sps) / (n - 1)) / mean
+        per_run = max(per_run, scatter)
+    return per_run / math.sqrt(n)
 
 
 @dataclass
@@ -128,11 +158,12 @@ def read(history: Sequence[Observation], grid: Grid, fit_limit_gb: float) -> Kno
     for c, obs_list in runs.items():
         sps = [o.samples_per_s for o in obs_list if o.samples_per_s is not None]
         mean = sum(sps) / len(sps)
-        spread = max([o.spread or 0.0 for o in obs_list] + [(max(sps) - min(sps)) / (2 * mean)])
+        spreads = [o.spread or 0.0 for o in obs_list]
+        spread = max([*spreads, (max(sps) - min(sps)) / (2 * mean)])
         peaks = [o.peak_vram_gb for o in obs_list if o.peak_vram_gb is not None]
         peak = max(peaks) if peaks else None
         fit = all(fits(o, fit_limit_gb) for o in obs_list)
-        k.points[c] = Point(c, mean, spread, peak, fit)
+        k.points[c] = Point(c, mean, spread, peak, fit, noise_of(spreads, sps), len(sps))
         if not fit:
             k.nofit.setdefault(c, ("over_headroom", over_headroom(peak, fit_limit_gb)))
     return k

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autotune.core.grid import Grid
@@ -92,27 +92,46 @@ def pick_batch(
     card_gb: float,
     fit_limit_gb: float,
     start_low: bool,
+    bounds: Mapping[Candidate, float],
 ) -> Candidate:
-    """Within a family, probe near the largest batch its memory line says fits."""
+    """Within a family: find its memory limit exactly, then measure what could still win.
+
+    The **frontier** is the batches above the largest measured fit (``floor``) and below the
+    smallest proven non-fit (``ceiling``). While a member lies on it, the next probe goes to the
+    largest batch the memory line predicts fits; when the line says nothing above the floor
+    fits, to ``floor + 1``, so the limit is verified by real runs on both sides. Without a line
+    the ladder doubles from the floor. Two non-fits above the floor mean the line misleads
+    (memory in steps): the probe then bisects the frontier. Once the limit is known, the member
+    with the highest speed bound goes next (a batch between two measured ones that could win).
+    """
     space = grid.space
     own = sorted(
         (space.batch(c), p.peak) for c, p in k.points.items() if space.family(c) == fam and p.peak is not None
     )
     ooms = sorted(space.batch(c) for c in k.nofit if space.family(c) == fam)
+    floor = max((space.batch(c) for c, p in k.points.items() if space.family(c) == fam and p.fits), default=0)
+    above = [b for b in ooms if b > floor]
+    ceiling = min(above, default=math.inf)
+    for b in grid.batches:  # a batch dominance rules out also caps the frontier
+        if floor < b < ceiling and dominators(grid, k, space.with_batch(fam, b)):
+            ceiling = b
+            break
+    frontier = [c for c in members if floor < space.batch(c) < ceiling]
+    if not frontier:
+        return max(members, key=lambda c: (bounds.get(c, math.inf), space.batch(c)))
     if not own and (ooms or start_low):
-        return members[0]  # the neighbours' line was far off (checkpointing off, say): start low
+        return frontier[0]  # the neighbours' line was far off (checkpointing off, say): start low
     line = memory_line(space, k, fam, own, ooms, card_gb)
     if line is None:
-        if own:  # one point and no neighbour to borrow a slope from: measure the next batch up
-            above = [c for c in members if space.batch(c) > own[-1][0]]
-            return above[0] if above else members[-1]
-        return members[0]
-    intercept, slope = line
-    ceiling = ooms[0] if ooms else math.inf
-    predicted = [b for b in grid.batches if b < ceiling and intercept + slope * b <= fit_limit_gb]
-    target = predicted[-1] if predicted else grid.batches[0]
-    below = [c for c in members if space.batch(c) <= target]
-    return below[-1] if below else members[0]
+        target = 2 * floor if floor else space.batch(frontier[0])
+    else:
+        intercept, slope = line
+        predicted = [b for b in grid.batches if floor < b < ceiling and intercept + slope * b <= fit_limit_gb]
+        target = predicted[-1] if predicted else floor + 1
+        if len(above) >= 2 and math.isfinite(ceiling):
+            target = min(target, max(floor + 1, (floor + int(ceiling)) // 2))
+    below = [c for c in frontier if space.batch(c) <= target]
+    return below[-1] if below else frontier[0]
 
 
 def memory_line(

@@ -21,12 +21,13 @@ from autotune.core.outcome import Outcome
 #: Every user-attr key a trial may carry, with what it holds.
 KEYS: dict[str, str] = {
     # who runs it and how
-    "role": "baseline, search or confirm",
+    "role": "baseline, search, remeasure or confirm",
     "trial_tag": "the value of AUTOTUNE_TRIAL_MARK its processes carry",
     "steps": "optimizer steps it was run with",
     "gradient_accumulation_steps": "accumulation derived from its batch size",
     "effective_batch": "batch size x accumulation x GPUs",
     "confirm_of": "the trial whose candidate this longer run confirms",
+    "remeasure_of": "the trial whose candidate this run measures again (a near-tie within the noise)",
     "trial_dir": "its folder",
     "log_path": "its stdout log",
     "command": "the shell command that launched it",

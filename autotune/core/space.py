@@ -14,7 +14,7 @@ Knob files (``configs/knobs/<trainer>.yaml``) look like::
       - name: optimizer
         values: [adamw8bit, adamw]
       - name: batch_size
-        type: int            # 1, 2, 4, ... up to --max-batch-size
+        type: int            # every integer 1..--max-batch-size (or --batch-sizes' list)
       - name: gradient_checkpointing
         values: [true, false]
     fidelity: {quantization: none, optimizer: adamw}
@@ -172,14 +172,42 @@ class Knob:
             ) from None
 
 
-def batch_sizes(max_batch_size: int) -> tuple[int, ...]:
-    """1, 2, 4, ... up to ``max_batch_size``, which is included even when not a power of two."""
+#: Every integer batch size up to this one is a candidate; above it they double (then the maximum).
+EVERY_INTEGER_UP_TO = 64
+
+
+def batch_sizes(max_batch_size: int, ladder: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Every integer batch size from 1 to ``max_batch_size`` (doubling past ``EVERY_INTEGER_UP_TO``);
+    or ``ladder``'s sizes up to it.
+
+    Integers, not a power-of-two ladder: the largest batch that fits is rarely a power
+    of two, and it is where the speed is. The search still brackets the memory limit
+    with a ladder and measures only the sizes that could win (``autotune.core.memory``).
+    ``ladder`` (``--batch-sizes 1,2,4,8``) keeps a fixed list for users who want one.
+    """
     if max_batch_size < 1:
         raise ConfigError(f"--max-batch-size must be at least 1, got {max_batch_size}")
-    sizes = list(itertools.takewhile(lambda b: b <= max_batch_size, (2**i for i in itertools.count())))
-    if sizes[-1] != max_batch_size:
-        sizes.append(max_batch_size)
-    return tuple(sizes)
+    if ladder is None:
+        sizes = list(range(1, min(max_batch_size, EVERY_INTEGER_UP_TO) + 1))
+        step = EVERY_INTEGER_UP_TO * 2
+        while step < max_batch_size:  # past it, doubling: a huge maximum stays a short list
+            sizes.append(step)
+            step *= 2
+        if sizes[-1] != max_batch_size:
+            sizes.append(max_batch_size)
+        return tuple(sizes)
+    bad = [b for b in ladder if isinstance(b, bool) or not isinstance(b, int) or b < 1]
+    if bad or not ladder:
+        raise ConfigError(
+            f"--batch-sizes takes positive integers like 1,2,4,8; got {list(ladder)} (bad: {bad or 'empty'})"
+        )
+    kept = tuple(sorted({b for b in ladder if b <= max_batch_size}))
+    if not kept:
+        raise ConfigError(
+            f"--batch-sizes {','.join(map(str, ladder))}: none is <= the largest batch size {max_batch_size} "
+            "(--max-batch-size, or what the trainer's data allows)"
+        )
+    return kept
 
 
 class Space:
@@ -212,7 +240,13 @@ class Space:
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def from_text(
-        cls, text: str, *, source: str = "<knobs>", max_batch_size: int, allow_extra_savers: bool
+        cls,
+        text: str,
+        *,
+        source: str = "<knobs>",
+        max_batch_size: int,
+        allow_extra_savers: bool,
+        batch_ladder: Sequence[int] | None = None,
     ) -> Space:
         """A knob file's text (parsed with the safe loader); errors name ``source`` and the knob."""
         return cls.from_mapping(
@@ -220,13 +254,23 @@ class Space:
             source=source,
             max_batch_size=max_batch_size,
             allow_extra_savers=allow_extra_savers,
+            batch_ladder=batch_ladder,
         )
 
     @classmethod
     def from_mapping(
-        cls, data: Any, *, source: str = "<knobs>", max_batch_size: int, allow_extra_savers: bool
+        cls,
+        data: Any,
+        *,
+        source: str = "<knobs>",
+        max_batch_size: int,
+        allow_extra_savers: bool,
+        batch_ladder: Sequence[int] | None = None,
     ) -> Space:
-        """A parsed knob file (``configs/knobs/<trainer>.yaml``); errors name ``source`` and the knob."""
+        """A parsed knob file (``configs/knobs/<trainer>.yaml``); errors name ``source`` and the knob.
+
+        ``batch_ladder`` (``--batch-sizes``) replaces the ``batch_size`` knob's values when given.
+        """
         if not isinstance(data, dict) or not isinstance(data.get("knobs"), list):
             raise ConfigError(f"{source}: expected a mapping with a 'knobs:' list")
         if not data["knobs"]:
@@ -241,9 +285,12 @@ class Space:
             if unknown:
                 raise ConfigError(f"{where} ({name}): unknown keys {sorted(unknown)}")
             if raw.get("type") == "int":
-                if "values" in raw:
+                values: tuple[ParamValue, ...]
+                if batch_ladder is not None and name == "batch_size":
+                    values = batch_sizes(max_batch_size, batch_ladder)
+                elif "values" in raw:
                     listed = sorted({_int_value(v, where) for v in raw["values"]})
-                    values: tuple[ParamValue, ...] = tuple(v for v in listed if v <= max_batch_size)
+                    values = tuple(v for v in listed if v <= max_batch_size)
                     if not values:
                         raise ConfigError(
                             f"{where} ({name}): no value is <= --max-batch-size {max_batch_size}"

@@ -17,13 +17,17 @@ Definitions the sweep and the report rely on:
   peak went over the headroom line (the reason says which). Also, after a knob
   combination failed for another reason (crash, timeout, ...) as often as allowed,
   its bigger batch sizes are not run.
-- **Family**: every knob but the batch size. Within a family peak memory is close to
-  affine in batch size; the line through the family's measured peaks (or, with one
-  point, a neighbour family's slope) predicts the largest fitting batch, and the
-  next probe goes there. Only real runs decide fit.
+- **Family**: every knob but the batch size. Batch sizes are integers. Within a family
+  peak memory is close to affine in batch size; the line through the family's measured
+  peaks (or, with one point, a neighbour family's slope; with none, a doubling ladder)
+  predicts the largest fitting batch, and the next probe goes there; the batch above the
+  largest measured fit is then run too, so the limit is proven on both sides
+  (``autotune.core.memory.pick_batch``). Only real runs decide fit.
 - **Speed upper bound** ``UB(c)``: how fast an unmeasured candidate could possibly be,
   from the family's measured step times (step time never falls as the batch grows and
-  is convex in it) and, across families, the ``speed_priors``; infinite with no bound.
+  is convex in it), across families the ``speed_priors`` and the speed ratios learned
+  between families measured at a common batch; infinite with no bound. Each measured
+  figure is widened by its noise (``knowledge.noise_of``, from its spread).
   The assumptions and the secants are in ``autotune.core.bounds``.
 - **Could still win**: ``UB(c) > best * (1 + min_gain)``, or ``c`` has higher fidelity
   than the best and ``UB(c) >= best * (1 - tie)`` (it could win the near-tie). This
@@ -32,6 +36,12 @@ Definitions the sweep and the report rely on:
 - **Done** (``next_candidate`` returns None): no candidate that is not ruled out,
   not measured, not running elsewhere and not failed out could still win; or the
   baseline failed for a reason other than memory (the sweep reports it).
+- **Re-measure** (``remeasure``, asked when the search is done): when the best and the
+  runner-up are within ``REMEASURE_WITHIN`` times their noise (the larger of their measured
+  noises, at least ``min_noise``), both run again rather than a guess deciding, and then the baseline
+  (its speed is the speed-up's denominator). Bounded: ``REMEASURE_RUNS`` runs per
+  candidate in all. Each run narrows a point's noise (``knowledge.noise_of``); after
+  one, the search is asked again, since a changed best can reopen candidates.
 """
 
 from __future__ import annotations
@@ -46,11 +56,19 @@ from autotune.core.knowledge import read as read_history
 from autotune.core.memory import Verdict
 from autotune.core.space import Candidate, Space
 
+#: Runs a candidate gets at most when a near-tie is re-measured (its first run included).
+REMEASURE_RUNS = 3
+#: A near-tie worth re-measuring: the two within this many of their noises. Two, because the
+#: difference of two noisy figures is noisier than either, and the best of many measured
+#: candidates tends to be one measured high (the winner's curse).
+REMEASURE_WITHIN = 2.0
+
 __all__ = [
     "ATTEMPTS",
     "DEFAULT_ATTEMPTS",
     "DEFAULT_SPEED_PRIORS",
     "MEMORY_OUTCOMES",
+    "REMEASURE_RUNS",
     "Observation",
     "Strategy",
     "Verdict",
@@ -115,12 +133,44 @@ class Strategy:
 
     def _best(self, k: Knowledge) -> Point | None:
         pool = [
-            verdict.Contender(p, p.samples_per_s, p.spread, self.space.fidelity_score(c), i)
+            verdict.Contender(p, p.samples_per_s, p.noise, self.space.fidelity_score(c), i)
             for i, (c, p) in enumerate(k.points.items())
             if p.fits and c not in k.nan
         ]
         best = verdict.winner(pool, self.min_noise)
         return best.item if best is not None else None
+
+    def runner_up(self, history: Sequence[Observation]) -> Observation | None:
+        """The best once the best's candidate is set aside (the near-tie rule's other contender)."""
+        _, second = self._top_two(self._read(history))
+        if second is None:
+            return None
+        return Observation(second.candidate, "ok", second.samples_per_s, second.peak, True, second.spread)
+
+    def _top_two(self, k: Knowledge) -> tuple[Point | None, Point | None]:
+        best = self._best(k)
+        if best is None:
+            return None, None
+        rest = Knowledge(points={c: p for c, p in k.points.items() if c != best.candidate}, nan=k.nan)
+        return best, self._best(rest)
+
+    def remeasure(self, history: Sequence[Observation]) -> Candidate | None:
+        """The next re-run of a near-tie (see "Re-measure" above), or None when none is due."""
+        k = self._read(history)
+        best, second = self._top_two(k)
+        if best is None or second is None:
+            return None
+        noise = REMEASURE_WITHIN * max(best.noise, second.noise, self.min_noise)
+        lo, hi = sorted((best.samples_per_s, second.samples_per_s))
+        base = k.points.get(self.baseline)
+        if lo >= hi * (1 - noise):
+            due = [p for p in (best, second) if p.runs < REMEASURE_RUNS and p.candidate not in k.running]
+            if due:
+                return min(due, key=lambda p: p.runs).candidate  # the less measured first
+        remeasured = any(p.runs > 1 for c, p in k.points.items() if c != self.baseline)
+        if remeasured and base is not None and base.runs < 2 and self.baseline not in k.running:
+            return self.baseline  # once: the speed-up's denominator, measured as often as a contender
+        return None
 
     # -- what next -------------------------------------------------------------------------
     def could_win(self, history: Sequence[Observation]) -> dict[Candidate, float]:
@@ -154,7 +204,7 @@ class Strategy:
             if ub[c] > best.samples_per_s * (1 + self.min_gain):
                 out[c] = ub[c]
             elif self.space.fidelity_score(c) > fid:
-                tie = max(best.spread, self.min_noise)
+                tie = max(best.noise, self.min_noise)
                 if ub[c] >= best.samples_per_s * (1 - tie):
                     out[c] = ub[c]
         return out
@@ -186,5 +236,6 @@ class Strategy:
                     card_gb=self.card_gb,
                     fit_limit_gb=self.fit_limit_gb,
                     start_low=self.start_low,
+                    bounds=could,
                 )
         return None  # unreachable: every candidate belongs to a family

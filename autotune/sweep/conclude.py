@@ -1,5 +1,9 @@
 """The sweep's conclusion: the winner, its confirmation, what was ruled out, the reports, the result.
 
+A candidate re-measured at the end (a near-tie within the noise, see ``autotune.core.strategy``)
+counts as the mean of its runs, for the winner's and the baseline's speed alike; the study
+attr ``remeasured`` lists them.
+
 Only the sweep that started a study concludes it; workers leave it to that sweep.
 """
 
@@ -41,10 +45,53 @@ def pick_best(study: st.SweepStudy, space: Space, strategy: SearchStrategy) -> i
     if best is None:
         return None
     cand = best.candidate
-    for t, o in reversed(pairs):
+    for t, o in pairs:  # its first ok run: re-measures point at it (``remeasure_of``)
         if o.candidate == cand and TrialRecord.from_trial(t).is_ok:
             return t.number
     return None
+
+
+def runs_of(study: st.SweepStudy, number: int) -> list[TrialRecord]:
+    """Trial ``number`` and its ok re-measures (``remeasure_of``), as records."""
+    out = []
+    for t in study.trials((TrialState.COMPLETE,)):
+        record = TrialRecord.from_trial(t)
+        if record.is_ok and (t.number == number or record.get("remeasure_of") == number):
+            out.append(record)
+    return out
+
+
+def mean_samples_per_s(study: st.SweepStudy, number: int) -> float | None:
+    """Samples/s of trial ``number``'s candidate, the mean over its runs when it was re-measured."""
+    sps = [r.samples_per_s for r in runs_of(study, number) if r.samples_per_s is not None]
+    return sum(sps) / len(sps) if sps else None
+
+
+def record_remeasured(study: st.SweepStudy, progress: Progress) -> None:
+    """Which candidates were re-measured (a near-tie within the noise), for the report and the log."""
+    firsts = sorted(
+        {
+            int(n)
+            for t in study.trials((TrialState.COMPLETE, TrialState.FAIL))
+            if isinstance(n := TrialRecord.from_trial(t).get("remeasure_of"), int)
+        }
+    )
+    out = []
+    for number in firsts:
+        runs = runs_of(study, number)
+        sps = [r.samples_per_s for r in runs if r.samples_per_s is not None]
+        out.append(
+            {
+                "trial": number,
+                "runs": [r.number for r in runs],
+                "samples_per_s": sum(sps) / len(sps) if sps else None,
+                "each": sps,
+            }
+        )
+        shown = ", ".join(f"{x:.4g}" for x in sps)
+        progress.line(f"re-measured trial {number}'s candidate ({len(runs)} runs: {shown} samples/s)")
+    if out:
+        study.set_attr("remeasured", out)
 
 
 def confirm(
@@ -137,16 +184,14 @@ def result(
 ) -> SweepResult:
     """What ``autotune sweep`` prints: the winner, the baseline's speed, the trials, why it stopped."""
     base_no = study.user_attrs.get("baseline_trial")
-    base_sps = (
-        TrialRecord.from_trial(study.trial(base_no)).samples_per_s if isinstance(base_no, int) else None
-    )
+    base_sps = mean_samples_per_s(study, base_no) if isinstance(base_no, int) else None
     bt = study.trial(best) if best is not None else None
     return SweepResult(
         study=name,
         storage=url,
         best_trial=best,
         best_params=dict(bt.params) if bt else None,
-        best_samples_per_s=TrialRecord.from_trial(bt).samples_per_s if bt else None,
+        best_samples_per_s=mean_samples_per_s(study, bt.number) if bt else None,
         baseline_samples_per_s=base_sps,
         trials_run=study.counted_trials(),
         stop_reason=why,

@@ -4,6 +4,9 @@ Each turn: the limits (Ctrl-C, ``--max-trials``, ``--budget``), then the schedul
 decided by ``propose`` from one snapshot of the study: the baseline first and alone (everyone
 else waits for its verdict; a failed baseline stops every worker, with its diagnosis), then
 ``strategy.next_candidate`` over the history, with the candidates running elsewhere in it.
+When the search is done, ``strategy.remeasure``: a near-tie within the noise runs again
+(role ``remeasure``, attr ``remeasure_of``: the candidate's first run), then the search is
+asked again, since a changed best can reopen candidates.
 The step runs on this card's executor. ``--parallel`` runs one loop per card, each in its own
 thread with its own executor and scheduler; they share the stop (Ctrl-C stops them all).
 """
@@ -107,6 +110,7 @@ class SearchLoop:
         base_params = {k: st.to_study_value(v) for k, v in plan.base_candidate.params.items()}
         checked_baseline = False
         waiting_said = False
+        extra: dict[str, Any] = {}  # the next trial's extra attrs (``remeasure_of``), set by ``propose``
 
         while True:
             # The study caches its trials until our own next write; other workers' trials show
@@ -114,6 +118,7 @@ class SearchLoop:
             if (why := self.limit_reached()) is not None:
                 return why
             role = "search"
+            extra.clear()
 
             def propose(
                 trials: Sequence[FrozenTrial], in_flight: Sequence[Mapping[str, Any]]
@@ -142,6 +147,11 @@ class SearchLoop:
                                     peak_vram_gb=None, fits=None, spread=None)
                     )  # fmt: skip
                 cand = plan.strategy.next_candidate(seen)
+                if cand is None:  # the search is done: a near-tie within the noise is run again (bounded)
+                    cand = plan.strategy.remeasure(seen)
+                    if cand is not None:
+                        role = "remeasure"
+                        extra["remeasure_of"] = first_run_of(trials, cand.params)
                 return None if cand is None else {k: st.to_study_value(v) for k, v in cand.params.items()}
 
             step = self.scheduler.next_step(propose, self.say_reaped)
@@ -159,7 +169,7 @@ class SearchLoop:
             waiting_said = False
             self.stop.lost.clear()
             try:
-                self.executor.run(space.candidate(dict(step.params)), role=role, step=step)
+                self.executor.run(space.candidate(dict(step.params)), role=role, step=step, extra=extra)
             except (ClaimLost, SweepInterrupted) as exc:
                 if isinstance(exc, SweepInterrupted) and not (
                     self.stop.lost.is_set() and self.stop.interrupt.signum is None
@@ -221,6 +231,15 @@ class SearchLoop:
         """A dead worker's trial was failed (its leftover processes here ended first): say so."""
         ended = f"; its leftover processes ({', '.join(map(str, r.killed))}) were ended" if r.killed else ""
         self.progress.line(f"trial {r.number} ({label(r.params)}) {r.reason}{ended}")
+
+
+def first_run_of(trials: Sequence[FrozenTrial], params: Mapping[str, Any]) -> int | None:
+    """The number of the first finished ok run of ``params``: what a re-measure re-runs."""
+    wanted = {k: st.to_study_value(v) for k, v in params.items()}
+    for t in trials:
+        if t.state == TrialState.COMPLETE and dict(t.params) == wanted and TrialRecord.from_trial(t).is_ok:
+            return t.number
+    return None
 
 
 def _finished_baseline(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:

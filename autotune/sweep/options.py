@@ -63,6 +63,8 @@ class SweepOptions:
     stall_timeout_s: float | None = None
     headroom: float = DEFAULT_HEADROOM
     max_batch_size: int | None = None
+    #: ``--batch-sizes``: only these batch sizes (a ladder); None: every integer up to the maximum.
+    batch_sizes: tuple[int, ...] | None = None
     keep_effective_batch: bool = False
     allow_extra_savers: bool = False
     confirm: bool = False

@@ -219,6 +219,7 @@ class SweepSession:
             )
         study.set_attr("best_trial", best_trial)
         study.set_attr("stop_reason", stop_reason)
+        conclude.record_remeasured(study, self.progress)
         conclude.record_ruled_out(study, plan.space, plan.strategy)
         reports = conclude.write_reports(study, plan.study_dir, self.progress)
         return conclude.result(

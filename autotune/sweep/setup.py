@@ -37,6 +37,8 @@ class SearchStrategy(Protocol):
 
     def next_candidate(self, history: Sequence[Observation]) -> Candidate | None: ...
 
+    def remeasure(self, history: Sequence[Observation]) -> Candidate | None: ...
+
     def best(self, history: Sequence[Observation]) -> Observation | None: ...
 
     def ruled_out(self, history: Sequence[Observation]) -> list[Verdict]: ...
@@ -144,7 +146,7 @@ def plan_sweep(
     base_params.update(declared_baseline(declared, base_params))
     num_gpus = max(1, baseline.num_gpus)
     target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
-    max_bs = opts.max_batch_size or DEFAULT_MAX_BATCH_SIZE
+    max_bs = opts.max_batch_size or (max(opts.batch_sizes) if opts.batch_sizes else DEFAULT_MAX_BATCH_SIZE)
     limit = adapter.max_batch_size(baseline)
     if limit is not None:
         max_bs = min(max_bs, int(limit))
@@ -155,7 +157,11 @@ def plan_sweep(
     knob_path = opts.knob_file or knob_file_path(adapter.knob_file)
     knob_data = read_knob_file(knob_path)
     full = Space.from_mapping(
-        knob_data, source=str(knob_path), max_batch_size=max_bs, allow_extra_savers=opts.allow_extra_savers
+        knob_data,
+        source=str(knob_path),
+        max_batch_size=max_bs,
+        allow_extra_savers=opts.allow_extra_savers,
+        batch_ladder=opts.batch_sizes,
     )
     space = space_in_play(full, adapter, baseline, declared)
     knobs = [k for k in st.knob_defs(knob_data) if k.name in space.names]
@@ -197,6 +203,8 @@ def plan_sweep(
         settings["hook"] = False
     if card.emulation:  # informational: the report says how the card was emulated
         settings["emulation"] = card.emulation
+    if opts.batch_sizes is not None:  # only when given: studies from before the flag resume unchanged
+        settings["batch_sizes"] = ",".join(map(str, space.batch_values()))
     launch_folder = adapter.launch_folder()  # where a template trainer's trials run
     if launch_folder is not None:
         settings["launch_cwd"] = str(launch_folder)

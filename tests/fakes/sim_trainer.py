@@ -2,7 +2,8 @@
 """A fake trainer driven by a simulated landscape: LTX-2's output, simulated time, no sleeping.
 
 Usage:
-    sim_trainer.py --landscape SPEC.json (--config TRIAL.yaml | --param k=v ...) [--steps N] [--run N]
+    sim_trainer.py --landscape SPEC.json (--config TRIAL.yaml | --param k=v ...) [--steps N]
+                   [--run N | --runs-ledger FILE]
 
 ``SPEC.json`` is ``Landscape.to_json()``. The candidate comes from an LTX-2 style
 config (``acceleration.quantization``, ``optimization.optimizer_type``,
@@ -13,6 +14,10 @@ On a fit it prints LTX-2's Step lines and its statistics block to stdout and exi
 on an OOM it prints a torch CUDA OOM traceback to stderr and exits 1. When
 ``AUTOTUNE_METRICS_FILE`` is set it writes the metrics JSON there (with
 ``simulated_seconds``: the trial's simulated wall time, model load included).
+
+A run of params measured before draws new noise: ``--run N`` names the attempt, or
+``--runs-ledger FILE`` counts the earlier ok runs of the same params in FILE (one JSON
+line per ok run, appended here), as the in-process benchmark counts them in its history.
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--param", action="append", default=[], help="knob=value (study names)")
     ap.add_argument("--steps", type=int, help="optimizer steps (default: the config's, else 50)")
     ap.add_argument("--run", type=int, default=0, help="attempt number: varies the noise")
+    ap.add_argument(
+        "--runs-ledger", type=Path, help="count earlier ok runs of these params here (the attempt)"
+    )
     ap.add_argument("--disable-progress-bars", action="store_true", help="accepted, as LTX-2 does")
     args = ap.parse_args(argv)
 
@@ -76,7 +84,14 @@ def main(argv: list[str] | None = None) -> int:
         key, _, value = pair.partition("=")
         params[key] = _value(value)
     steps = args.steps or steps or 50
-    result = land.simulate(params, steps=steps, run=args.run)
+    run = args.run
+    key = json.dumps(sorted((k, str(v)) for k, v in params.items()))
+    if args.runs_ledger is not None and args.runs_ledger.is_file():
+        run = sum(1 for line in args.runs_ledger.read_text(encoding="utf-8").splitlines() if line == key)
+    result = land.simulate(params, steps=steps, run=run)
+    if args.runs_ledger is not None and result.outcome == "ok":
+        with open(args.runs_ledger, "a", encoding="utf-8") as fh:
+            fh.write(key + "\n")
     metrics: dict[str, Any] = {"simulated_seconds": result.seconds, "outcome": result.outcome}
 
     if result.outcome == "oom":
