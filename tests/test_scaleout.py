@@ -8,6 +8,7 @@ which also records the card it was pinned to and when it ran. No GPU is needed.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import shlex
@@ -24,6 +25,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.core.strategy import REMEASURE_RUNS
 from autotune.errors import StudyMismatchError, UsageError
 from autotune.store import optuna_private as op
 from autotune.store.claims import ClaimBook
@@ -35,7 +37,21 @@ from tests.fake_nvml import A6000, FakeNvml, fake_uuid
 
 CARD = ("NVIDIA Fake 16GB", 15.9)
 CARD_GB = 16.0
-BEST = ("none", "adamw", 4, True)  # the landscape's true best at 16 GB with 10 % headroom
+MAX_BS = 8
+
+
+def _true_best() -> tuple[str, str, int, bool]:
+    """Brute force over the integer grid (batch 1..MAX_BS) at 16 GB with 10 % headroom."""
+    from tests.fakes import sweep_trainer
+
+    grid = itertools.product(
+        ["int8-quanto", "none"], ["adamw8bit", "adamw"], range(1, MAX_BS + 1), [True, False]
+    )
+    fitting = [(sweep_trainer.model(*c)[1], c) for c in grid if sweep_trainer.model(*c)[0] <= 0.9 * CARD_GB]
+    return max(fitting)[1]
+
+
+BEST = _true_best()  # ("none", "adamw8bit", 5, True): not a power of two
 TEMPLATE = (
     f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'pinned_trainer.py'))} "
     "{quantization} {optimizer} {batch_size} {gradient_checkpointing} {steps}"
@@ -64,6 +80,19 @@ def _launches(tmp: Path, event: str = "start") -> list[dict[str, Any]]:
     return [r for r in lines if r["event"] == event]
 
 
+def _assert_each_ran_once_but_remeasures(launched: list[tuple[Any, ...]], trials: list[Any]) -> None:
+    """A candidate runs once, but for the bounded re-measures of a near-tie at the end."""
+    searched = [_key(t.params) for t in trials if t.user_attrs.get("role") != "remeasure"]
+    again = _remeasured(trials)
+    assert len(searched) == len(set(searched)), f"a candidate ran twice: {Counter(searched).most_common(3)}"
+    assert all(key in searched and 1 + n <= REMEASURE_RUNS for key, n in again.items()), again
+    assert Counter(launched) == Counter(searched) + again  # every launch is one of those trials
+
+
+def _remeasured(trials: list[Any]) -> Counter[tuple[str, str, int, bool]]:
+    return Counter(_key(t.params) for t in trials if t.user_attrs.get("role") == "remeasure")
+
+
 def _key(params: dict[str, Any]) -> tuple[str, str, int, bool]:
     return (
         str(params["quantization"]),
@@ -79,7 +108,7 @@ def _opts(tmp: Path, storage: str, **kw: Any) -> SweepOptions:
         "cmd": TEMPLATE,
         "vram_gb": CARD_GB,
         "steps": 20,
-        "max_batch_size": 8,
+        "max_batch_size": MAX_BS,
         "study": "s",
         "storage": storage,
         "workdir": tmp / "runs",
@@ -148,7 +177,9 @@ def test_parallel_runs_one_pinned_trial_per_card_and_finds_the_same_best(
 
     launches = _launches(tmp_path)
     cands = [tuple(r["params"]) for r in launches]
-    assert len(cands) == len(set(cands)), f"a candidate ran twice: {Counter(cands).most_common(3)}"
+    study = optuna.load_study(study_name="s", storage=url)
+    trials = study.get_trials()
+    _assert_each_ran_once_but_remeasures(cands, trials)
     uuids = {fake_uuid(i) for i in range(3)}
     assert {r["cuda_visible_devices"] for r in launches} <= uuids  # every trial pinned to one card
     assert len({r["cuda_visible_devices"] for r in launches}) >= 2
@@ -157,8 +188,6 @@ def test_parallel_runs_one_pinned_trial_per_card_and_finds_the_same_best(
     assert result.stop_reason == "done"
     text = out.getvalue()
     assert "[gpu 0] " in text and "[gpu 1] " in text
-    study = optuna.load_study(study_name="s", storage=url)
-    trials = study.get_trials()
     assert len(trials) == len(launches)
     assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
     assert study.user_attrs["settings"]["card"]["count"] == 1  # each trial has one card
@@ -313,9 +342,9 @@ def test_three_workers_share_one_postgres_study_and_run_nothing_twice(pg_url: st
 
     launches = _launches(tmp_path)
     cands = [tuple(r["params"]) for r in launches]
-    assert len(cands) == len(set(cands)), f"a candidate ran twice: {Counter(cands).most_common(3)}"
     study = optuna.load_study(study_name="s", storage=pg_url)
     trials = study.get_trials()
+    _assert_each_ran_once_but_remeasures(cands, trials)
     assert len(trials) == len(launches)
     by_worker = Counter(t.user_attrs["worker"] for t in trials)
     assert len(by_worker) >= 2, by_worker  # the work was shared
@@ -392,7 +421,7 @@ def test_a_killed_worker_trial_is_run_again_by_another(pg_url: str, tmp_path: Pa
     assert again.user_attrs["worker"].endswith(f"pid {sweep.pid}")
     assert "were ended" in err, err
     assert not _alive(trainer_pid)  # the orphaned trainer was ended, not left holding the card
-    cands = Counter(tuple(r["params"]) for r in _launches(tmp_path))
+    cands = Counter(tuple(r["params"]) for r in _launches(tmp_path)) - _remeasured(trials)
     twice = {c: n for c, n in cands.items() if n > 1}
     assert twice == {_key(killed.params): 3}  # the baseline: Ctrl-C'd, killed, then run to the end
     best_line = next(line for line in out.splitlines() if line.startswith("best: "))
