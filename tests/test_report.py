@@ -211,6 +211,25 @@ def test_the_sweeps_own_pick_and_its_confirmation(tmp_path: Path, template: Path
     assert "| 7 (confirms 2) | quantization int8-quanto → none, optimizer adamw8bit → adamw | ok |" in md
 
 
+def test_a_remeasure_is_tagged_with_the_trial_it_runs_again(tmp_path: Path, template: Path) -> None:
+    url, _ = clone_study(template, tmp_path / "runs")
+    study = optuna.load_study(study_name=None, storage=url)
+    source = study.trials[2]
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.COMPLETE,
+            value=source.value,
+            params=source.params,
+            distributions=source.distributions,
+            user_attrs={**source.user_attrs, "role": "remeasure", "remeasure_of": 2},
+        )
+    )
+    report = _report(url)
+    assert "| 7 (re-measures 2) |" in rep.render_markdown(report)
+    trials = json.loads(rep.render_json(report))["trials"]
+    assert trials[7]["remeasure_of"] == 2 and "remeasure_of" not in trials[2]
+
+
 def test_a_finished_sweep_without_a_winner_is_not_second_guessed(tmp_path: Path, template: Path) -> None:
     url, _ = clone_study(template, tmp_path / "runs", extra_attrs={"best_trial": None})
     report = _report(url)

@@ -186,6 +186,11 @@ class TrialRecord:
         return value if isinstance(value, int) else None
 
     @property
+    def remeasure_of(self) -> int | None:
+        value = self.attrs.get("remeasure_of")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
     def trial_dir(self) -> str | None:
         value = self.attrs.get("trial_dir")
         return value if isinstance(value, str) else None

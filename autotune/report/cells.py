@@ -140,6 +140,8 @@ def _trial_title(row: TrialRow) -> str:
     tags = [t for t, on in (("winner", row.is_best), ("baseline", row.is_baseline)) if on]
     if row.confirm_of is not None:
         tags.append(f"confirms {row.confirm_of}")
+    if row.remeasure_of is not None:
+        tags.append(f"re-measures {row.remeasure_of}")
     return f"{row.number}" + (f" ({', '.join(tags)})" if tags else "")
 
 

@@ -19,6 +19,8 @@ def _json_trial(row: TrialRow) -> dict[str, Any]:
         out["reason"] = row.reason
     if row.trial_dir:
         out["trial_dir"] = row.trial_dir  # where its logs, config and hook file are
+    if row.remeasure_of is not None:
+        out["remeasure_of"] = row.remeasure_of  # a near-tie's contender, run again
     out.update(row.measures)
     if "step_time_s" in out and "step_time_spread_s" not in out:
         out["step_time_spread_s"] = None  # said, not left out: one figure, its spread unknown

@@ -27,6 +27,7 @@ class TrialRow:
     measures: dict[str, Any] = field(default_factory=dict)  # only those it has, see MEASURES
     trial_dir: str | None = None
     confirm_of: int | None = None  # a longer re-run that confirms this trial's candidate
+    remeasure_of: int | None = None  # a run again of this trial's candidate: a near-tie within the noise
     is_baseline: bool = False
     is_best: bool = False
     effective_batch_changed: bool = False
@@ -150,6 +151,7 @@ def row_from_trial(
         measures=rec.measures(),
         trial_dir=rec.get("trial_dir"),
         confirm_of=rec.confirm_of,
+        remeasure_of=rec.remeasure_of,
         is_baseline=rec.number == baseline_number,
     )
 
