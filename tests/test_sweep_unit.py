@@ -287,3 +287,28 @@ def test_status_without_a_database_says_what_to_do(
     err = capsys.readouterr().err
     assert "no study database at" in err and "autotune sweep" in err
     assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize(
+    ("hook", "nvml", "expected"), [(5.0, 6.0, 6.0), (7.0, 6.0, 7.0), (None, 6.0, 6.0), (5.0, None, 5.0)]
+)
+def test_measure_judges_the_larger_of_the_hooks_peak_and_nvmls(
+    tmp_path: Path, hook: float | None, nvml: float | None, expected: float
+) -> None:
+    """Both are the trial's own: NVML's per-process sum (CUDA context included) and the hook's
+    reserved peak (a validation phase included); neither replaces the other."""
+    from autotune.execution.runner import RunResult
+    from autotune.sweep.measure import measure
+
+    class HookOnly:
+        def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
+            return TrialMetrics(step_time_s=1.0, step_time_spread_s=0.01, measured_peak_vram_gb=hook)
+
+    (tmp_path / "out.log").write_text("")
+    result = RunResult(
+        returncode=0, signal=None, timed_out=False, stalled=False, interrupted=False, oom_seen=False,
+        wall_s=1.0, stdout_path=tmp_path / "out.log", stderr_path=tmp_path / "out.log", output_tail="",
+        measured_peak_vram_gb=nvml, peak_host_rss_gb=0.5, timeline_path=None, pid=1,
+    )  # fmt: skip
+    attrs = measure(HookOnly(), result, tmp_path, 2, card_gb=16.0, headroom=0.1)  # type: ignore[arg-type]
+    assert attrs["peak_vram_gb"] == expected and attrs["measured_peak_vram_gb"] == expected

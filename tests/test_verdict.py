@@ -61,6 +61,30 @@ def test_judged_peak_is_the_larger_of_both(
 
 
 @pytest.mark.parametrize(
+    ("trainer", "measured", "trainers_card", "expected"),
+    [
+        (78.0, 60.0, True, 60.0),  # ours wins: the whole card held another process's 18 GB
+        (40.0, 60.0, True, 60.0),  # sampled sparsely, it missed the trial's peak: ours again
+        (78.0, None, True, 78.0),  # nothing of ours, and it is the trial's card: judged
+        (78.0, None, False, None),  # device 0 while the trial ran on another card: not judged
+        (None, 60.0, False, 60.0),
+    ],
+)
+def test_a_whole_card_trainer_figure_is_information_unless_nothing_better_exists(
+    trainer: float | None, measured: float | None, trainers_card: bool, expected: float | None
+) -> None:
+    metrics = TrialMetrics(
+        trainer_peak_vram_gb=trainer, measured_peak_vram_gb=measured, trainer_peak_device_wide=True
+    )
+    assert verdict.judged_peak(metrics, trainer_card_is_the_trials=trainers_card) == expected
+    attrs = verdict.measured_attrs(
+        Outcome.OK, "r", metrics, 1, card_gb=80.0, headroom=0.1, trainer_card_is_the_trials=trainers_card
+    )
+    assert attrs.get("peak_vram_gb") == expected
+    assert attrs.get("trainer_peak_vram_gb") == trainer  # still shown, as information
+
+
+@pytest.mark.parametrize(
     ("sps", "step", "effective", "expected"),
     [
         (3.0, 2.0, 4, 3.0),

@@ -14,8 +14,9 @@ class TrialMetrics:
     ``step_time_s`` is the steady-state optimizer-step time (warm-up left out),
     ``step_time_spread_s`` its spread (half the interquartile range, or the
     standard deviation when few samples), ``trainer_peak_vram_gb`` the trainer's
-    own figure (GiB, as the LTX-2 trainer prints it), ``measured_peak_vram_gb``
-    autotune's independent one.
+    own figure (GiB, as the LTX-2 trainer prints it; ``trainer_peak_device_wide`` when it
+    is the whole card's memory, every process included), ``measured_peak_vram_gb``
+    autotune's independent one (the hook's, the trial's own processes).
     """
 
     step_time_s: float | None = None
@@ -24,6 +25,7 @@ class TrialMetrics:
     samples_per_s: float | None = None
     steps_per_s: float | None = None
     trainer_peak_vram_gb: float | None = None
+    trainer_peak_device_wide: bool | None = None
     measured_peak_vram_gb: float | None = None
     losses: list[float] = field(default_factory=list)
     source: str = ""  # which reader produced them: "ltx2-log", "metrics-file", "hook", ...

@@ -81,9 +81,20 @@ def fit_constraint(fit: bool | None, peak_gb: float | None, limit_gb: float, car
     return round(min(over, 0.0) if fit else max(over, _UNKNOWN_OVER_GB), 6)
 
 
-def judged_peak(metrics: TrialMetrics) -> float | None:
-    """The peak VRAM that fit is judged on: the larger of the trainer's and ours (either may miss peaks)."""
-    peaks = [p for p in (metrics.trainer_peak_vram_gb, metrics.measured_peak_vram_gb) if p is not None]
+def judged_peak(metrics: TrialMetrics, *, trainer_card_is_the_trials: bool = True) -> float | None:
+    """The peak VRAM that fit is judged on: the trial's own.
+
+    Ours (the hook's ``max_memory_reserved`` and NVML's per-process memory of the trial's tree)
+    and a trainer's own per-process figure: the larger (either may miss a peak). A trainer figure
+    of the whole card (LTX-2's nvidia-smi ``memory.used``: other processes included, sampled
+    sparsely, and of device 0, which a pinned worker's trial may not be on) is information only:
+    it is judged only when nothing of ours exists and ``trainer_card_is_the_trials``.
+    """
+    ours = metrics.measured_peak_vram_gb
+    trainer = metrics.trainer_peak_vram_gb
+    if trainer is not None and metrics.trainer_peak_device_wide:
+        return ours if ours is not None else (trainer if trainer_card_is_the_trials else None)
+    peaks = [p for p in (trainer, ours) if p is not None]
     return max(peaks) if peaks else None
 
 
@@ -106,6 +117,7 @@ def measured_attrs(
     *,
     peak_host_rss_gb: float | None = None,
     oom: OomDetails | None = None,
+    trainer_card_is_the_trials: bool = True,
 ) -> dict[str, Any]:
     """The attrs a finished trial is stored with: how it ended, what it measured, whether it fits.
 
@@ -113,7 +125,7 @@ def measured_attrs(
     rank it. Fit is judged only for an ok run; non-finite figures are left out.
     """
     sps = samples_per_s(metrics, effective_batch)
-    peak = judged_peak(metrics)
+    peak = judged_peak(metrics, trainer_card_is_the_trials=trainer_card_is_the_trials)
     attrs = TrialRecord.attrs_of(outcome=outcome.value, reason=reason)
     figures = TrialRecord.attrs_of(
         step_time_s=metrics.step_time_s,

@@ -152,7 +152,16 @@ class TrialExecutor:
         assert result is not None
         attrs_end.update(
             measure(
-                plan.adapter, result, trial_dir, effective, card_gb=self.card.vram_gb, headroom=opts.headroom
+                plan.adapter,
+                result,
+                trial_dir,
+                effective,
+                card_gb=self.card.vram_gb,
+                headroom=opts.headroom,
+                # A trainer's whole-card figure is of device 0 (LTX-2 asks nvidia-smi for the
+                # index it sees, 0 under a pinned CUDA_VISIBLE_DEVICES): the trial's card only
+                # when that is where it runs, or when no NVML says otherwise.
+                trainer_card_is_the_trials=not self.card.indices or self.card.indices[0] == 0,
             )
         )
         attrs_end.update(TrialRecord.attrs_of(wall_s=round(result.wall_s, 3)))

@@ -31,15 +31,20 @@ def measure(
     *,
     card_gb: float,
     headroom: float,
+    trainer_card_is_the_trials: bool = True,
 ) -> dict[str, Any]:
-    """Metrics, outcome and the user attrs they become; also writes ``metrics.json``."""
+    """Metrics, outcome and the user attrs they become; also writes ``metrics.json``.
+
+    Our peak is the larger of the hook's (read with the metrics) and NVML's per-process sum over
+    the trial's tree (the monitor): both are the trial's own. ``trainer_card_is_the_trials``: a
+    whole-card figure the trainer prints is about the trial's card (see ``verdict.judged_peak``)."""
     output = _read_output(result)
     try:
         metrics = adapter.read_metrics(trial_dir, output)
     except Exception as exc:  # the contract says never; a bug there must not lose the trial
         metrics = TrialMetrics(source=f"read_metrics failed: {exc}")
-    if result.measured_peak_vram_gb is not None:
-        metrics.measured_peak_vram_gb = result.measured_peak_vram_gb
+    ours = [p for p in (metrics.measured_peak_vram_gb, result.measured_peak_vram_gb) if p is not None]
+    metrics.measured_peak_vram_gb = max(ours) if ours else None
     why = oc.explain(
         result.returncode,
         result.signal,
@@ -59,6 +64,7 @@ def measure(
         headroom,
         peak_host_rss_gb=result.peak_host_rss_gb,
         oom=oc.parse_oom(output) if outcome == Outcome.OOM else None,
+        trainer_card_is_the_trials=trainer_card_is_the_trials,
     )
     if result.busy:
         attrs.update(TrialRecord.attrs_of(busy_host=one_line(result.busy)))

@@ -104,11 +104,15 @@ def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:
     merged = TrialMetrics()
     # A spread belongs to the step time it was measured with: never one reader's time, another's spread.
     timed = next((r for r in readings if r.step_time_s is not None), None)
+    peaked = next((r for r in readings if r.trainer_peak_vram_gb is not None), None)
     for f in fields(TrialMetrics):
         if f.name == "source":
             continue
         if timed is not None and f.name in _WITH_STEP_TIME:
             setattr(merged, f.name, getattr(timed, f.name))
+            continue
+        if f.name == "trainer_peak_device_wide":  # says what the merged trainer figure is
+            merged.trainer_peak_device_wide = peaked.trainer_peak_device_wide if peaked else None
             continue
         if f.name == "losses" and (diverged := [r for r in readings if r.nan_loss]):
             merged.losses = list(diverged[0].losses)

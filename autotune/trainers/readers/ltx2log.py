@@ -121,6 +121,8 @@ class Ltx2Log:
             samples_per_s=samples,
             steps_per_s=stats.steps_per_s,
             trainer_peak_vram_gb=stats.peak_gb,
+            # nvidia-smi memory.used of the device: every process on the card (LTX2-TRAINER.md)
+            trainer_peak_device_wide=True if stats.peak_gb is not None else None,
             losses=[s.loss for s in sorted(self.steps, key=lambda s: s.step)],
             source="ltx2-log",
         )
