@@ -71,13 +71,15 @@ def test_a_template_naming_only_the_batch_sweeps_only_the_batch(tmp_path: Path) 
     assert all(set(t.params) == {"batch_size"} for t in trials)
     # every batch size once, each a command of its own, none run twice
     launches = _launches(tmp_path)
-    # batch 4 runs but peaks past the headroom line, so 8 is ruled out without running
-    assert sorted(t.params["batch_size"] for t in trials) == [1, 2, 4]
-    assert len(launches) == len(trials) == 3
-    assert len({tuple(a["argv"]) for a in launches}) == 3
-    assert len({t.user_attrs["launch_digest"] for t in trials}) == 3
-    assert {t.params["batch_size"]: t.user_attrs["fits"] for t in trials} == {1: True, 2: True, 4: False}
-    assert study.user_attrs["best_trial"] == next(t.number for t in trials if t.params["batch_size"] == 2)
+    # batch 4 runs but peaks past the headroom line, so 5..8 are ruled out without running; 3, the
+    # largest that fits (not a power of two), wins
+    assert sorted(t.params["batch_size"] for t in trials) == [1, 2, 3, 4]
+    assert len(launches) == len(trials) == 4
+    assert len({tuple(a["argv"]) for a in launches}) == 4
+    assert len({t.user_attrs["launch_digest"] for t in trials}) == 4
+    fit = {t.params["batch_size"]: t.user_attrs["fits"] for t in trials}
+    assert fit == {1: True, 2: True, 3: True, 4: False}
+    assert study.user_attrs["best_trial"] == next(t.number for t in trials if t.params["batch_size"] == 3)
     report = (tmp_path / "runs" / "knobs" / "report.md").read_text()
     data = json.loads((tmp_path / "runs" / "knobs" / "report.json").read_text())
     warnings = " ".join(data["warnings"])
