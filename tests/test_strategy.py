@@ -408,6 +408,50 @@ def test_a_near_tie_is_remeasured_within_a_bound_then_the_baseline_once() -> Non
     assert best is not None and second is not None and {best.candidate, second.candidate} == {a, b}
 
 
+# Each row: (label, {candidate: (samples/s, spread)} besides the baseline at 1.0, the candidates
+# re-measured). The leader is A at 1.50; a contender is re-measured when it sits within twice the
+# noise of the leader, the most likely to beat it first (fewest combined noises below it), at
+# most REMEASURE_CONTENDERS of them; each, and the leader, to REMEASURE_RUNS runs.
+_A, _B, _C, _D, _E = cand(b=2), cand(b=2, o="adamw"), cand(b=3), cand(b=3, o="adamw"), cand(b=4)
+REMEASURE_CASES = [
+    ("the runner-up alone is near", {_A: (1.50, 0.03), _B: (1.48, 0.03), _C: (1.20, 0.03)}, {_A, _B}),
+    ("nothing near", {_A: (1.50, 0.02), _B: (1.40, 0.02)}, set()),
+    (
+        "two noisy ones below the runner-up are likelier to beat the leader than it",
+        {_A: (1.50, 0.02), _B: (1.465, 0.02), _C: (1.44, 0.10), _D: (1.43, 0.10), _E: (1.30, 0.10)},
+        {_A, _C, _D},
+    ),
+    (
+        "a third near contender joins the runner-up",
+        {_A: (1.50, 0.06), _B: (1.49, 0.06), _C: (1.47, 0.06), _D: (1.40, 0.01)},
+        {_A, _B, _C},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "points", "expected"), REMEASURE_CASES, ids=[c[0] for c in REMEASURE_CASES]
+)
+def test_which_near_contenders_are_remeasured(
+    label: str, points: dict[Candidate, tuple[float, float]], expected: set[Candidate]
+) -> None:
+    from autotune.core.strategy import REMEASURE_CONTENDERS, REMEASURE_RUNS
+
+    s = strategy()
+    history = [ok(cand(), 1.0, 30, 0.02)] + [ok(c, sps, 40, sp) for c, (sps, sp) in points.items()]
+    asked: list[Candidate] = []
+    while (c := s.remeasure(history)) is not None:
+        asked.append(c)
+        sps, sp = points.get(c, (1.0, 0.02))
+        history.append(ok(c, sps, 40, sp))
+        assert len(asked) <= (REMEASURE_CONTENDERS + 1) * REMEASURE_RUNS + 1, label
+    contenders = set(asked) - {cand()}
+    assert contenders == expected, label
+    assert len(contenders) <= REMEASURE_CONTENDERS + 1
+    assert all(asked.count(x) == REMEASURE_RUNS - 1 for x in contenders), label
+    assert asked.count(cand()) == (1 if expected else 0), label  # the baseline once, after a re-measure
+
+
 def test_no_remeasure_outside_the_noise_and_noise_narrows_with_runs() -> None:
     from autotune.core.knowledge import noise_of
 
