@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import FAKES, REPO
 
 CARD_GB = 0.01  # 10.24 MiB: batch 16 without checkpointing and 32 with it do not fit (see the fake)
+# A ladder (--batch-sizes) keeps the sweep short for CI; the integer search is tested elsewhere.
 SCRIPT = FAKES / "charlm_train.py"
 TEMPLATE = (
     f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} --batch-size {{batch_size}} "
@@ -45,7 +46,7 @@ def _clean_env() -> dict[str, str]:
 def _sweep(tmp: Path, template: str, *extra: str) -> subprocess.CompletedProcess[str]:
     argv = [
         sys.executable, "-m", "autotune", "sweep", "--workdir", str(tmp / "runs"), "--cmd", template,
-        "--vram-gb", str(CARD_GB), "--steps", "8", "--max-batch-size", "32", *extra,
+        "--vram-gb", str(CARD_GB), "--steps", "8", "--batch-sizes", "1,2,4,8,16,32", *extra,
     ]  # fmt: skip
     return _run(argv, tmp)
 
@@ -73,10 +74,14 @@ def _argv_of(trial_dir: str) -> list[str]:
 
 
 def test_only_the_templates_knobs_move_and_no_command_runs_twice(swept: dict[str, Any]) -> None:
-    trials = swept["report"]["trials"]
-    assert len(trials) >= 4, trials
-    for trial in trials:
+    every = swept["report"]["trials"]
+    for trial in every:
         assert set(trial["params"]) == {"batch_size", "gradient_checkpointing"}, trial
+    # A near-tie's contenders may be re-measured at the end, named so; nothing else runs twice.
+    trials = [t for t in every if "remeasure_of" not in t]
+    assert len(trials) >= 4, trials
+    for again in (t for t in every if "remeasure_of" in t):
+        assert again["params"] == every[again["remeasure_of"]]["params"]
     seen = {(t["params"]["batch_size"], t["params"]["gradient_checkpointing"]) for t in trials}
     assert len(seen) == len(trials)
     ran = [tuple(re.sub(r"trial-[^/ ]+", "TRIAL", a) for a in _argv_of(t["trial_dir"])) for t in trials]
