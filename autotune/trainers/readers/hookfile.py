@@ -53,19 +53,19 @@ def read_hook_file(path: Path) -> TrialMetrics:
     peaks: list[float] = []
     losses: list[tuple[int, float]] = []
     for line in text.splitlines():
-        event = _load(line)
+        event = load_event(line)
         if event is None:
             continue
-        peak = _number(event.get("max_memory_reserved_gb"))
+        peak = gb_figure(event.get("max_memory_reserved_gb"))
         if peak is None:
-            peak = _number(event.get("max_memory_allocated_gb"))
+            peak = gb_figure(event.get("max_memory_allocated_gb"))
         if peak is not None:
             peaks.append(peak)
         loss = _loss(event.get("loss"))
         if loss is not None and event.get("event") in ("step", "exit"):
             losses.append((len(losses), loss))
         if event.get("event") == "step":
-            step_time = _number(event.get("step_time_s"))
+            step_time = gb_figure(event.get("step_time_s"))
             step = event.get("step")
             if step_time is not None and isinstance(step, int) and _whole(step):
                 source = event.get("pid", event.get("rank"))
@@ -122,7 +122,8 @@ def _loss(value: Any) -> float | None:
     return None
 
 
-def _load(line: str) -> dict[str, Any] | None:
+def load_event(line: str) -> dict[str, Any] | None:
+    """One hook line as a JSON object, or ``None`` (a torn last line, another process's text)."""
     line = line.strip()
     if not line.startswith("{"):
         return None
@@ -133,7 +134,8 @@ def _load(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _number(value: Any) -> float | None:
+def gb_figure(value: Any) -> float | None:
+    """A finite, non-negative number from a hook line (memory, step time), else ``None``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)

@@ -16,14 +16,13 @@ steps are training and the exit is the save. Never raises: a torn or missing fil
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_count
+from autotune.trainers.readers.hookfile import gb_figure, load_event
 
 TRAINING, VALIDATION, SAVE = "training", "validation", "save"
 _MAX_BYTES = 64 * 1024 * 1024
@@ -64,12 +63,12 @@ def read_phase_peaks(path: Path, validation_step: int | None) -> PhasePeaks:
         return PhasePeaks()
     per_process: dict[Any, dict[str, float]] = {}
     for line in text.splitlines():
-        event = _load(line)
+        event = load_event(line)
         if event is None:
             continue
-        gb = _number(event.get("max_memory_reserved_gb"))
+        gb = gb_figure(event.get("max_memory_reserved_gb"))
         if gb is None:
-            gb = _number(event.get("max_memory_allocated_gb"))
+            gb = gb_figure(event.get("max_memory_allocated_gb"))
         if gb is None:
             continue
         phase = _phase_of(event, validation_step)
@@ -101,24 +100,6 @@ def _phase_of(event: dict[str, Any], validation_step: int | None) -> str | None:
     if not isinstance(step, int) or isinstance(step, bool):
         return None
     return VALIDATION if validation_step is not None and step > validation_step else TRAINING
-
-
-def _load(line: str) -> dict[str, Any] | None:
-    line = line.strip()
-    if not line.startswith("{"):
-        return None
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) and value >= 0 else None
 
 
 def without_step(metrics: TrialMetrics, validation_step: int | None) -> TrialMetrics:
