@@ -120,6 +120,11 @@ class TrainerAdapter(ABC):
         """The largest per-GPU batch the trainer can run with this baseline (None: no known limit)."""
         return None
 
+    def knob_limits(self, baseline: Baseline) -> dict[str, int]:
+        """Per-baseline maxima of ``type: count`` knobs (the blocks a model has to swap: 39 for
+        Wan 14B, fewer for 1.3B), overriding the knob file's ``max``; empty: the file's."""
+        return {}
+
     def knob_path(self) -> Path:
         """This trainer's knob file (``configs/knobs/<trainer>.yaml``)."""
         from configs import config_file

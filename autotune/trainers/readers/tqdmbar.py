@@ -125,8 +125,15 @@ def bar_metrics(bar: Bar, updates_per_step: int = 1, source: str = "tqdm") -> Tr
 
 def lightning_metrics(bar: Bar, batches_per_step: int = 1) -> TrialMetrics:
     """Lightning sets ``n`` without ``update()``, so each rate shown is ``n / elapsed`` since the
-    epoch began: elapsed is recovered as ``n * s/it`` and a batch's time is the difference
-    between successive updates of one epoch."""
+    epoch began: see ``cumulative_metrics``."""
+    return cumulative_metrics(bar, batches_per_step, source="lightning")
+
+
+def cumulative_metrics(bar: Bar, batches_per_step: int = 1, source: str = "tqdm-cumulative") -> TrialMetrics:
+    """Per-update times from a bar whose rate is the mean since its round began (Lightning's, or
+    ``tqdm(..., smoothing=0)`` as musubi-tuner draws it): elapsed is recovered as ``n * s/it`` (the
+    shown rate has more digits than the ``[mm:ss`` clock) and a step's time is the difference
+    between successive updates of one round, divided by the steps between them."""
     samples: list[tuple[int, float]] = []
     previous: tuple[int, int, float] | None = None  # (round, step, elapsed)
     for (step, seconds), start in zip(bar.updates, bar.starts, strict=False):
@@ -138,7 +145,7 @@ def lightning_metrics(bar: Bar, batches_per_step: int = 1) -> TrialMetrics:
         elif previous is None or previous[0] != start:
             samples.append((step, seconds * max(1, batches_per_step)))  # the epoch's first update
         previous = (start, step, elapsed)
-    metrics = TrialMetrics(source="lightning", losses=[bar.step_losses[n] for n in sorted(bar.step_losses)])
+    metrics = TrialMetrics(source=source, losses=[bar.step_losses[n] for n in sorted(bar.step_losses)])
     if samples:
         metrics.step_times_s = [t for _, t in samples]
         metrics.step_time_s, metrics.step_time_spread_s = steady_state(
@@ -154,6 +161,16 @@ def read_tqdm(text: str) -> TrialMetrics | None:
     if bar is None or not (bar.updates or bar.step_losses):
         return None
     return bar_metrics(bar)
+
+
+@never_raises
+def read_tqdm_cumulative(text: str, updates_per_step: int = 1) -> TrialMetrics | None:
+    """The training bar drawn with ``smoothing=0`` (each rate the mean since the start, warm-up
+    included): per-step times from successive ``(n, n * s/it)`` pairs, so the warm-up can be left out."""
+    bar = training_bar(parse_bars(text))
+    if bar is None or not (bar.updates or bar.step_losses):
+        return None
+    return cumulative_metrics(bar, updates_per_step)
 
 
 @never_raises
