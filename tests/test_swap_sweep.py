@@ -69,7 +69,8 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     storage = f"sqlite:///{tmp / 'runs' / 'studies.db'}"
     report = _run([sys.executable, "-m", "autotune", "report", "--storage", storage, "--format", "json"], tmp)
     assert report.returncode == 0, report.stdout + report.stderr
-    return {"stdout": done.stdout + done.stderr, "report": json.loads(report.stdout)}
+    markdown = (tmp / "runs" / "command-default" / "report.md").read_text(encoding="utf-8")
+    return {"stdout": done.stdout + done.stderr, "report": json.loads(report.stdout), "markdown": markdown}
 
 
 def _speed(p: dict[str, Any]) -> float:
@@ -104,6 +105,9 @@ def test_host_ram_overruns_are_host_oom_and_rule_out_more_offload(swept: dict[st
             ):
                 assert later["params"]["blocks_to_swap"] < failed["params"]["blocks_to_swap"], later
     assert "ran out of host RAM; less offload is tried" in swept["stdout"]  # the baseline: 19 blocks
+    if over:  # the report says which line it passed: the host's, not the card's headroom
+        assert "above the host line (--host-ram-gb less the headroom): does not fit" in swept["markdown"]
+    assert "needs at least as much host RAM as" in swept["markdown"]
 
 
 def test_the_count_knob_was_refined_between_its_coarse_values(swept: dict[str, Any]) -> None:
