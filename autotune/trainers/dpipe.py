@@ -4,13 +4,13 @@ Facts from the trainer's source at 8f83dbf (``train.py`` unless named):
 - launch: ``deepspeed --num_gpus=1 train.py --deepspeed --config CONFIG`` from the checkout
   (README.md:118); ``deepspeed`` is ``python -m deepspeed.launcher.runner`` (DeepSpeed bin/ds @
   38327e0), so ``--trainer-python PATH`` runs that module with the checkout's Python;
-- the config is TOML (train.py:284-285), its ``dataset`` key a path to the dataset TOML opened from
+- the config is TOML (train.py:282-284), its ``dataset`` key a path to the dataset TOML opened from
   the working folder (train.py:393);
 - knobs: ``blocks_to_swap`` (train.py:576, LoRA only :578, ``pipeline_stages = 1`` only :577; at most
   the model's blocks - 2, e.g. models/wan/wan.py:389-392), ``[model] transformer_dtype`` (a
   ``DTYPE_MAP`` name, train.py:109-110 and utils/common.py:14-21; absent means ``[model] dtype``,
   models/wan/wan.py:216), ``activation_checkpointing`` (``true``, ``'unsloth'``, default false:
-  train.py:96-101, 587-598), ``[optimizer] type`` (case-insensitive, train.py:654-697),
+  train.py:97-101, 587-598), ``[optimizer] type`` (case-insensitive, train.py:654-697),
   ``micro_batch_size_per_gpu`` (default 1, train.py:396-400) and ``gradient_accumulation_steps``
   (default 1, train.py:425).
 The short-run recipe lives in ``dpipe_recipe``, the largest data bucket in ``dpipe_data``; the

@@ -6,7 +6,7 @@ From train.py and utils/saver.py @ 8f83dbf:
   ends it first when smaller (saver.py:140), so the trial keeps at least ``steps`` epochs (an epoch
   is at least one step);
 - after the loop the trainer always saves the training state and the model unless that step
-  already did (train.py:966-970): the full run's end-of-training save, kept. Every periodic save
+  already did (train.py:967-971): the full run's end-of-training save, kept. Every periodic save
   goes: ``save_every_n_epochs``/``save_every_n_examples``, ``checkpoint_every_n_epochs``/
   ``checkpoint_every_n_minutes`` (saver.py:20-45, 130-170). One of the ``save_every_*`` keys must be
   present (train.py:95 asserts it), so ``save_every_n_steps = steps``: the model saved at the last

@@ -4,7 +4,7 @@ It follows tdrussell/diffusion-pipe at 8f83dbf (``train.py`` unless named) and D
 no code is copied. What it reproduces:
 - the command line: train.py:41-57's flags plus DeepSpeed's ``--deepspeed``/``--deepspeed_config``
   (deepspeed.add_config_arguments); an unknown flag dies with argparse's usage error, exit 2;
-- the config: TOML (train.py:284-285); ``save_every_n_epochs``/``_steps``/``_examples`` required
+- the config: TOML (train.py:282-284); ``save_every_n_epochs``/``_steps``/``_examples`` required
   (train.py:95, an AssertionError); ``[model] dtype`` and ``transformer_dtype`` looked up in DTYPE_MAP
   (train.py:107-110, utils/common.py:14-21: a KeyError for anything else, ``nf4`` included);
   ``activation_checkpointing`` true / 'unsloth' / false (train.py:587-598, NotImplementedError
@@ -21,22 +21,25 @@ no code is copied. What it reproduces:
   ``steps_per_print``-th step (deepspeed/runtime/pipe/engine.py:396-406), ``max_steps`` ends it
   (train.py:961-963), ``save_every_n_steps`` saves ``step{N}`` (saver.py:165-167, "Saving model to
   directory ..." saver.py:112), the final training-state checkpoint ``global_step{N}`` and the model
-  unless just saved (train.py:966-970), ``TRAINING COMPLETE!`` (train.py:974); eval before the first
+  unless just saved (train.py:967-971), ``TRAINING COMPLETE!`` (train.py:974); eval before the first
   step when ``eval_before_first_step`` (default true, train.py:141, 908: "Running eval", train.py:201);
 - over the emulated card (``AUTOTUNE_EMULATED_VRAM_GB``) PyTorch's CUDA OOM traceback on stderr and
   exit 1 (diffusion-pipe has no OOM handling; the DeepSpeed launcher exits with the rank's status).
 
 The memory model (GB, device): the non-block weights and CUDA context, the resident blocks
-(``num_layers - blocks_to_swap``, plus one block in flight while swapping: utils/offloading.py's
-ModelOffloader moves swapped blocks in and out around each block), by ``transformer_dtype``
-(float8 halves bf16), the LoRA and its optimizer states, and activations x micro batch x the bucket's
-pixels x frames, by checkpointing (none keeps every block's activations; true keeps each block's
-input; 'unsloth' moves those to host RAM, utils/unsloth_utils.py). Host RAM: the swapped blocks and
-the unsloth-offloaded activations, REALLY allocated (``HOST_BYTES_PER_GB`` per modelled GB) so the
-trial's RSS is real. Step time: per micro-batch a fixed cost, the samples' compute (recompute for
-checkpointing, float8 casts), and the block-swap transfers, which are NOT monotone in the count: the
-transfers overlap compute except around ``SWAP_STALL_AT`` blocks, where they stall it (as
-SeedVR2#153 found 36 swapped blocks faster than 32). Times are printed, never slept.
+(``num_layers - blocks_to_swap``, plus one in flight while swapping: utils/offloading.py:43-80's
+ModelOffloader swaps a block's weights between CPU and GPU around each block), by
+``transformer_dtype`` (float8 halves bf16), the LoRA and its optimizer states, and activations x
+micro batch x the bucket's pixels x frames, by checkpointing (none keeps every block's activations;
+true keeps each block's input; 'unsloth' moves those to host RAM, utils/unsloth_utils.py:40).
+Host RAM: the swapped blocks and the unsloth-offloaded activations, REALLY allocated
+(``HOST_BYTES_PER_GB`` per modelled GB) so the trial's RSS is real. Step time (modelled, not
+measured): per micro-batch a fixed cost plus the samples' compute, times the recompute of
+checkpointing, the float8 upcasts, and the block swap's share of the memory bus, which is NOT
+monotone in the count: around ``SWAP_STALL_AT`` blocks the prefetch stalls, so more swapped blocks
+can be faster (as SeedVR2#153 found 36 swapped blocks faster than 32). Each factor multiplies the
+whole step, so a family's speed ratio to another holds across batch sizes (the search's
+assumption, autotune/core/bounds.py ``LEARNED_DRIFT``). Times are printed, never slept.
 
 The hook: the fake has no torch for the trial-side hook to watch, so it writes the hook's ``step``
 and ``exit`` lines to ``$AUTOTUNE_HOOK_FILE`` itself.
@@ -64,7 +67,7 @@ DTYPE_SIZE = {
     "float8_e4m3fn": 0.5,
     "float8_e5m2": 0.5,
 }
-#: train.py:680-697's names (lowercased), with modelled state GB for a rank-32 LoRA and step seconds.
+#: train.py:668-697's names (lowercased), with modelled state GB for a rank-32 LoRA and step seconds.
 OPTIMIZERS = {
     "adamw": (0.6, 0.03),
     "adamw8bit": (0.15, 0.04),
@@ -248,7 +251,7 @@ def oom(tried_gb: float, card_gb: float, used_gb: float, hook: Hook) -> int:
     free = max(0.0, card_gb - used_gb)
     print(
         "Traceback (most recent call last):\n"
-        '  File "/home/user/diffusion-pipe/train.py", line 914, in <module>\n'
+        '  File "/home/user/diffusion-pipe/train.py", line 918, in <module>\n'
         "    loss = model_engine.train_batch(iterator).item()\n"
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
         f"{tried_gb:.2f} GiB. GPU 0 has a total capacity of {card_gb:.2f} GiB of which {free:.2f} GiB is free. "
@@ -330,7 +333,7 @@ def main(argv: list[str]) -> int:
             print(f"Saving model to directory step{step}", flush=True)  # saver.py:112
             (out / f"step{step}").mkdir(exist_ok=True)
             saved = True
-    (out / f"global_step{step}").mkdir(exist_ok=True)  # train.py:966-967: the training state
+    (out / f"global_step{step}").mkdir(exist_ok=True)  # train.py:968-969: the training state
     if not saved:
         print(f"Saving model to directory step{step}", flush=True)
         (out / f"step{step}").mkdir(exist_ok=True)
