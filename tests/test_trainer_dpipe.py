@@ -428,6 +428,11 @@ def test_bad_baselines_are_named(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="per-resolution list"):
         adapter.load_baseline(tmp_path / "list.toml")
+    (tmp_path / "nodtype.toml").write_text(
+        MAIN.replace("dtype = 'bfloat16'\ntransformer_dtype", "transformer_dtype")
+    )
+    with pytest.raises(ConfigError, match=r"\[model\] has no dtype"):
+        adapter.load_baseline(tmp_path / "nodtype.toml")
     (tmp_path / "bad.toml").write_text("epochs = \n")
     with pytest.raises(ConfigError, match=r"bad\.toml"):
         adapter.load_baseline(tmp_path / "bad.toml")
@@ -502,3 +507,18 @@ def test_fake_dies_like_the_real_one(tmp_path: Path) -> None:
         unknown.returncode == 1
         and "AttributeError: module 'pytorch_optimizer' has no attribute" in unknown.stderr
     )
+
+
+def test_deepspeeds_samples_per_s_wins_over_the_hooks_count(tmp_path: Path) -> None:
+    """DeepSpeed counts micro batch x accumulation x ranks (engine.py:399-400); the hook's count of the
+    data loader's batches stands in only when no step line was read."""
+    adapter, baseline = _setup(tmp_path)
+    trial = tmp_path / "t"
+    adapter.render(baseline, {"batch_size": 2}, gradient_accumulation_steps=1, steps=4, trial_dir=trial)
+    hook = [
+        {"event": "step", "step": n, "step_time_s": 2.0, "samples": 3, "counted": False, "pid": 7}
+        for n in range(1, 5)
+    ]
+    (trial / "hook.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hook))
+    assert adapter.read_metrics(trial, _lines([2.0] * 4)).samples_per_s == pytest.approx(1.0)
+    assert adapter.read_metrics(trial, "no step lines").samples_per_s == pytest.approx(1.5)

@@ -184,6 +184,16 @@ class DiffusionPipeAdapter(TrainerAdapter):
                 f"{source}: not a diffusion-pipe config: it needs a [model] and an [optimizer] table "
                 "(see examples/main_example.toml in the diffusion-pipe checkout)"
             )
+        # The trainer reads these without a default (train.py:107, 310, 655): name them now.
+        for table, key, example in (
+            ("model", "type", "'wan'"),
+            ("model", "dtype", "'bfloat16'"),
+            ("optimizer", "type", "'adamw_optimi'"),
+        ):
+            if not isinstance(data[table].get(key), str):
+                raise ConfigError(
+                    f"{source}: [{table}] has no {key} (like {key} = {example}); diffusion-pipe needs one"
+                )
         return Baseline(trainer=self.name, text=text, data=data, path=path)
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
@@ -432,7 +442,9 @@ class DiffusionPipeAdapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
             merged = merge_metrics(log, file_metrics, hook)
-            counted = real_samples_per_s(hook, file_metrics)
+            # DeepSpeed's samples/sec is micro batch x accumulation x data-parallel ranks over the
+            # step (engine.py:399-400): the hook's own count only stands in where no line was read.
+            counted = real_samples_per_s(hook, file_metrics) if log.samples_per_s is None else None
             return finish_metrics(merged, effective_batch_of(record), keep_reported=True, counted=counted)
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
