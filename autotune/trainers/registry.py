@@ -11,13 +11,15 @@ from typing import Any
 from autotune.errors import UnknownTrainerError
 from autotune.trainers.base import TrainerAdapter
 from autotune.trainers.command import CommandAdapter
+from autotune.trainers.dpipe import DiffusionPipeAdapter
 from autotune.trainers.ltx2 import Ltx2Adapter
 from autotune.trainers.reference import ReferenceAdapter
 from autotune.trainers.sana import SanaAdapter
 
 #: Trainer name -> adapter class.
 ADAPTERS: dict[str, type[TrainerAdapter]] = {
-    cls.name: cls for cls in (Ltx2Adapter, SanaAdapter, CommandAdapter, ReferenceAdapter)
+    cls.name: cls
+    for cls in (Ltx2Adapter, SanaAdapter, CommandAdapter, ReferenceAdapter, DiffusionPipeAdapter)
 }
 
 
