@@ -83,6 +83,38 @@ LTX2_OUTPUT = (
     "📊 Training Statistics:\n - Total time: 1.2 minutes\n - Training speed: 0.71 steps/second\n"
     " - Samples/second: 0.71\n - Peak GPU memory: 45.68 GB\n"
 )
+AITK_LIKE = """\
+# An ai-toolkit job (config/examples/train_lora_flux_24gb.yaml's shape; comments must survive).
+job: extension
+config:
+  name: "my_lora_v1"
+  process:
+    - type: 'sd_trainer'
+      training_folder: "output"
+      save:
+        save_every: 250 # save every this many steps
+      datasets:
+        - folder_path: "/data/images"
+          resolution: [ 512, 768, 1024 ]  # flux enjoys multiple resolutions
+      train:
+        batch_size: 1
+        steps: 2000
+        gradient_accumulation: 1
+        gradient_checkpointing: true  # need the on unless you have a ton of vram
+        optimizer: "adamw8bit"
+      model:
+        name_or_path: "black-forest-labs/FLUX.1-dev"
+        quantize: true  # run 8bit mixed precision
+"""
+AITK_PARAMS = {
+    "qtype": "none",
+    "layer_offloading_transformer_percent": 0.5,
+    "low_vram": True,
+    "gradient_checkpointing": False,
+    "optimizer": "adamw",
+    "batch_size": 2,
+}
+AITK_OUTPUT = "my_lora_v1:  40%|####      | 4/10 [00:12<00:18,  3.02s/it, lr: 1.0e-04 loss: 1.234e-01]\r" * 3
 SANA_OUTPUT = "Steps:  40%|████      | 4/10 [00:02<00:03,  1.95it/s, loss=0.123, lr=0.0001]\r" * 3
 
 
@@ -130,11 +162,18 @@ def _command(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
     return adapter, adapter.load_baseline(tmp / "mine.yaml")
 
 
+def _aitk(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
+    (tmp / "job.yaml").write_text(AITK_LIKE)
+    adapter = get_adapter("ai-toolkit", trainer_dir=FAKES / "ai-toolkit", launcher=[sys.executable])
+    return adapter, adapter.load_baseline(tmp / "job.yaml")
+
+
 CASES = [
     Case("ltx2", _ltx2, LTX2_PARAMS, LTX2_OUTPUT),
     Case("reference", _reference, LTX2_PARAMS, LTX2_OUTPUT),
     Case("sana", _sana, SANA_PARAMS, SANA_OUTPUT, yaml_config=False),
     Case("command", _command, LTX2_PARAMS, LTX2_OUTPUT),
+    Case("ai-toolkit", _aitk, AITK_PARAMS, AITK_OUTPUT),
 ]
 
 
@@ -171,7 +210,11 @@ def test_every_knob_value_renders(case: Case, tmp_path: Path) -> None:
     adapter, baseline = case.make(tmp_path)
     before = adapter.baseline_params(baseline)
     for knob in _knobs(adapter):
-        values = [1, 2, 4] if knob.get("type") == "int" else [*knob.get("extra_savers", []), *knob["values"]]
+        values = (
+            [1, 2, 4]
+            if knob.get("type") == "int"
+            else [*knob.get("extra_savers", []), *knob.get("values", knob.get("grid", []))]
+        )
         for value in values:
             trial_dir = tmp_path / "trials" / f"{knob['name']}-{value}"
             spec = adapter.render(
@@ -256,10 +299,10 @@ def test_unknown_adapter_name_lists_the_known_ones() -> None:
         get_adapter("ltx3")
     for name in ("ltx2", "sana", "command", "reference"):
         assert name in str(err.value)
-    assert adapter_names() == ["command", "ltx2", "reference", "sana"]
+    assert adapter_names() == ["ai-toolkit", "command", "ltx2", "reference", "sana"]
 
 
-@pytest.mark.parametrize("name", ["ltx2", "sana", "reference", "command"])
+@pytest.mark.parametrize("name", ["ltx2", "sana", "reference", "command", "ai-toolkit"])
 def test_unknown_option_is_a_usage_error(name: str) -> None:
     from autotune.errors import UsageError
 
@@ -338,6 +381,7 @@ def test_hooks_say_what_the_branches_said() -> None:
     assert having("loads_model_paths") == having("needs_tier_gate") == having("report_notes") == ["ltx2"]
     assert having("single_device") == having("emulates_vram") == ["reference"]
     assert {n: adapter_class(n).config_suffix for n in adapter_names()} == {
+        "ai-toolkit": ".yaml",
         "command": ".yaml",
         "ltx2": ".yaml",
         "reference": ".yaml",
