@@ -45,9 +45,9 @@ import yaml
 
 sys.path.insert(0, os.getcwd())  # run.py:17
 
-from toolkit.fake_model import HOST_MB_PER_GB, job_model  # noqa: E402
+from toolkit.fake_model import HOST_MB_PER_GB, job_model
 
-PROCESS_TYPES = ("sd_trainer", "ui_trainer")  # extensions_built_in/sd_trainer/__init__.py
+PROCESS_TYPES = ("sd_trainer", "ui_trainer")  # extensions_built_in/sd_trainer/__init__.py:8, :26
 QTYPES = ("qfloat8", "qint8", "qint4", "qint2", "float8", "int8", *(f"uint{n}" for n in range(2, 9)))
 OPTIMIZERS = ("adamw", "adamw8bit", "adam", "adam8bit", "prodigy", "adafactor", "lion", "lion8bit")
 
