@@ -196,8 +196,9 @@ class AiToolkitAdapter(TrainerAdapter):
             raise ConfigError(f"qtype must be a qtype name or 'none'; got {qtype!r}")
         if qtype != base["qtype"]:
             quantize = qtype != NO_QUANT
-            if not _has(data, QUANTIZE_TE_KEY):  # quantize_te follows quantize (config_modules.py:686)
-                edits[QUANTIZE_TE_KEY] = bool(_get(data, QUANTIZE_KEY, DEFAULTS[QUANTIZE_KEY]))
+            was = bool(_get(data, QUANTIZE_KEY, DEFAULTS[QUANTIZE_KEY]))
+            if quantize != was and not _has(data, QUANTIZE_TE_KEY):
+                edits[QUANTIZE_TE_KEY] = was  # it follows quantize (config_modules.py:686): kept as it was
             edits[QUANTIZE_KEY] = quantize
             if quantize and _qtype_base(_get(data, QTYPE_KEY, DEFAULTS[QTYPE_KEY])) != qtype:
                 edits[QTYPE_KEY] = qtype  # an accuracy recovery adapter (``qtype|ara``) belongs to its qtype

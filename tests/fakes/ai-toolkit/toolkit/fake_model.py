@@ -46,7 +46,7 @@ def hidden_share(percent: float) -> float:
     one's prefetch overlaps the previous one's compute), less when every layer streams (nothing
     resident to compute while the first ones load), least when a scattered few do."""
     if percent >= 0.9:
-        return 0.6
+        return 0.4
     return 0.9 if percent >= 0.7 else 0.3
 
 
