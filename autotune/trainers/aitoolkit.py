@@ -344,6 +344,8 @@ def trial_recipe(data: Mapping[str, Any], steps: int, trial_dir: Path) -> dict[s
     recipe: dict[str, Any] = {
         f"{TRAIN}.steps": steps,
         f"{TRAIN}.disable_sampling": True,  # BaseSDTrainProcess.py:2472, :2477, :2560, :2820
+        # saves go to training_folder/name (BaseTrainProcess.py:43-45), and a run resumes from the
+        # newest save it finds there (BaseSDTrainProcess.py:884-889): a fresh folder per trial
         f"{PROCESS}.training_folder": str(trial_dir / "output"),
     }
     save_every = _get(data, f"{PROCESS}.save.save_every", DEFAULTS[f"{PROCESS}.save.save_every"])
