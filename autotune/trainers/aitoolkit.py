@@ -109,6 +109,12 @@ class AiToolkitAdapter(TrainerAdapter):
     takes_hook: ClassVar[bool] = True
     takes_trainer_python: ClassVar[bool] = True
     longer_input: ClassVar[str] = "a larger image or a longer clip in the datasets"
+    report_notes: ClassVar[tuple[str, ...]] = (
+        "ai-toolkit offloads a random choice of layers when layer_offloading_transformer_percent is "
+        "below 1 (toolkit/memory_management/manager.py:109-111), seeded only when SEED is set "
+        "(run.py:11-44): the same fraction can peak a little differently from run to run, which the "
+        "headroom has to cover.",
+    )
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("trainer_dir", "launcher", "hook"))
