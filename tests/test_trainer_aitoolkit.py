@@ -320,6 +320,12 @@ def test_validation_is_off_in_trials(tmp_path: Path) -> None:
         ),
         ("  process:\n", "  processes:\n", ConfigError, "not an ai-toolkit job file"),
         (
+            '          caption_ext: "txt"\n          num_frames',
+            "          batch_size: 2\n          num_frames",
+            ConfigError,
+            "own batch_size",
+        ),
+        (
             "          resolution: [ 632 ] # will be around 480p\n",
             "          resolution: big\n",
             ConfigError,

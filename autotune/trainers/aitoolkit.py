@@ -7,6 +7,8 @@ Facts from the trainer's source at commit 27a03a9 (paths in that repository):
   ``model``, ``train``, ``save``, ``sample`` and ``datasets`` (config/examples/*.yaml). Keys are read
   with ``kwargs.get(key, default)`` (toolkit/config_modules.py), so an unknown key is ignored, not
   refused: the knobs below are spelled as that file reads them.
+- A bucket with fewer images than the batch is padded to a full batch by repeating them
+  (toolkit/dataloader_mixins.py:199-210), so any batch size runs and is as large as asked.
 - One loop step is one optimizer step over ``batch_size`` x ``gradient_accumulation`` samples
   (BaseSDTrainProcess.py:2533-2585; config_modules.py:456-463: the legacy
   ``gradient_accumulation_steps`` excludes it).
@@ -380,6 +382,11 @@ def largest_bucket(data: Mapping[str, Any], source: str) -> tuple[str, list[dict
             raise ConfigError(
                 f"{source}: datasets[{i}]: resolution must be a whole number or a list of them and "
                 f"num_frames a whole number; got resolution {res!r}, num_frames {frames!r}"
+            )
+        if dataset.get("batch_size") is not None:
+            raise ConfigError(
+                f"{source}: datasets[{i}] sets its own batch_size, which overrides train.batch_size "
+                "(toolkit/data_loader.py:707-708), so the sweep's batch would not apply: remove it"
             )
         key = (max(sizes) ** 2 * frames, max(sizes), frames)
         if best is None or key[0] > best[0]:  # a tie keeps the first
