@@ -108,8 +108,18 @@ def reason(r: Report, row: TrialRow) -> str:
     if row.reason and row.reason not in parts:
         parts.append(row.reason)
     if row.outcome == "ok" and row_fits(row, r.limit_gb) is False:
-        limit = f" ({_gb(r.limit_gb)} GiB)" if r.limit_gb is not None else ""
-        parts.append(f"peak above the headroom limit{limit}: does not fit")
+        host_over = row.get("host_fits") is False  # block swap, offload: the host ran short, not the card
+        peak = row.get("peak_vram_gb")
+        device_over = peak is not None and r.limit_gb is not None and peak > r.limit_gb
+        if device_over or not host_over:
+            limit = f" ({_gb(r.limit_gb)} GiB)" if r.limit_gb is not None else ""
+            parts.append(f"peak above the headroom limit{limit}: does not fit")
+        if host_over:
+            host = row.get("peak_host_rss_gb")
+            shown = f" {_gb(host)} GiB" if host is not None else ""
+            parts.append(
+                f"host RAM peak{shown} above the host line (--host-ram-gb less the headroom): does not fit"
+            )
     if row.get("busy_host"):
         if row.outcome == "ok":
             parts.append(f"HOST BUSY while it ran, its speed is suspect: {row.get('busy_host')}")

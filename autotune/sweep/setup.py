@@ -19,7 +19,7 @@ from optuna.distributions import BaseDistribution
 from autotune.config.knobs import knob_path as knob_file_path
 from autotune.config.knobs import read_knob_file
 from autotune.core.knobflag import FLAG, DeclaredKnob, parse_knobs
-from autotune.core.space import Candidate, Knob, Space, normalize_value, same_param
+from autotune.core.space import Candidate, Space, normalize_value, same_param
 from autotune.core.strategy import Observation, Strategy, Verdict
 from autotune.core.units import format_gb
 from autotune.errors import AutotuneError, NvmlUnavailable, UsageError
@@ -168,7 +168,7 @@ def plan_sweep(
     )
     space = space_in_play(full, adapter, baseline, declared)
     knobs = [st.knob_def_of(space.knob(k.name), k) for k in st.knob_defs(knob_data) if k.name in space.names]
-    knobs += [st.KnobDef(name=k.name, values=k.values) for k in declared]
+    knobs += [st.knob_def_of(k.knob(), st.KnobDef(name=k.name, values=k.values)) for k in declared]
     dists = st.distributions(knobs, max_bs)
     base_params = {name: base_params[name] for name in space.names}
     base_cand = space.candidate(base_params)
@@ -307,7 +307,7 @@ def space_in_play(
             f"{FLAG} {unused[0]}: the command never receives it: the template has no {{{unused[0]}}} "
             f"and the --config file no key {unused[0]}; put {{{unused[0]}}} in --cmd, or drop the {FLAG}"
         )
-    return full.restricted(in_play, extra=[Knob(k.name, k.values) for k in declared])
+    return full.restricted(in_play, extra=[k.knob() for k in declared])
 
 
 def pick_card(
