@@ -382,9 +382,10 @@ def _run_fake(config: Path, env: dict[str, str] | None = None) -> subprocess.Com
 
 @pytest.mark.process
 def test_the_fake_refuses_what_the_real_one_refuses_and_ignores_unknown_keys(tmp_path: Path) -> None:
-    (tmp_path / "ok.yaml").write_text(JOB.replace("        train_unet: true\n", "        no_such_key: 3\n"))
+    job = JOB.replace('training_folder: "output"', f'training_folder: "{tmp_path / "output"}"')
+    (tmp_path / "ok.yaml").write_text(job.replace("        train_unet: true\n", "        no_such_key: 3\n"))
     assert _run_fake(tmp_path / "ok.yaml").returncode == 0  # kwargs.get: unknown keys are ignored
-    (tmp_path / "bad.yaml").write_text(JOB.replace("        name_or_path:", "        path_or_name:"))
+    (tmp_path / "bad.yaml").write_text(job.replace("        name_or_path:", "        path_or_name:"))
     done = _run_fake(tmp_path / "bad.yaml")
     assert done.returncode == 1 and "Error running job: name_or_path must be specified" in done.stdout
 
