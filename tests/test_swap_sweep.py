@@ -108,6 +108,9 @@ def test_host_ram_overruns_are_host_oom_and_rule_out_more_offload(swept: dict[st
     if over:  # the report says which line it passed: the host's, not the card's headroom
         assert "above the host line (--host-ram-gb less the headroom): does not fit" in swept["markdown"]
     assert "needs at least as much host RAM as" in swept["markdown"]
+    assert "**Host RAM:** fits at <= 0.31 GiB of the trial's processes' RSS (0.34 GiB: --host-ram-gb)" in (
+        swept["markdown"]
+    )
 
 
 def test_the_count_knob_was_refined_between_its_coarse_values(swept: dict[str, Any]) -> None:

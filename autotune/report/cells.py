@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotune.core.verdict import fit_limit_gb
 from autotune.report.model import (
     WINNER_UNMEASURED,
     Report,
@@ -66,6 +67,13 @@ def summary(r: Report) -> list[tuple[str, str]]:
     if extras:
         trainer += f" ({', '.join(extras)})"
     items.append(("Trainer", trainer))
+    if r.host_ram_gb is not None and (r.offload_knobs or any(t.get("host_fits") is False for t in r.trials)):
+        whose = "--host-ram-gb" if r.host_ram_given else "this machine's RAM; set it with --host-ram-gb"
+        line = fit_limit_gb(r.host_ram_gb, r.headroom or 0.0)
+        text = f"fits at <= {_gb(line)} GiB of the trial's processes' RSS ({_gb(r.host_ram_gb)} GiB: {whose})"
+        if r.best is not None and r.best.get("peak_host_rss_gb") is not None:
+            text += f"; the winner peaked at {_gb(r.best.get('peak_host_rss_gb'))} GiB"
+        items.append(("Host RAM", text))
     if r.baseline is None:
         items.append(("Baseline", "not run yet"))
     elif r.baseline.outcome == "ok":

@@ -89,9 +89,9 @@ class SweepPlan:
     workdir: Path
     #: Knobs of the trainer's knob file the command never receives (``knobs_in_play``): not swept.
     knobs_left_out: tuple[str, ...] = ()
-    nvml_error: str | None = None
+    nvml_error: str | None = None  # why there is no NVML (the driver's own words), for the fit check
     #: The host RAM line (GB): ``--host-ram-gb``, else this machine's RAM (``machine_ram_gb``).
-    host_ram_gb: float | None = None  # why there is no NVML (the driver's own words), for the fit check
+    host_ram_gb: float | None = None
 
     @property
     def study_dir(self) -> Path:
@@ -206,10 +206,10 @@ def plan_sweep(
         settings["hook"] = False
     if card.emulation:  # informational: the report says how the card was emulated
         settings["emulation"] = card.emulation
-    if (
-        opts.host_ram_gb is not None
-    ):  # only when given: the default is the machine's, which a resume may change
+    if opts.host_ram_gb is not None:  # only when given: a resume elsewhere has another machine's RAM
         settings["host_ram_gb"] = opts.host_ram_gb
+    elif (ram := machine_ram_gb()) is not None:  # informational: the report states the host line
+        settings["machine_ram_gb"] = round(ram, 3)
     if opts.batch_sizes is not None:  # only when given: studies from before the flag resume unchanged
         settings["batch_sizes"] = ",".join(map(str, space.batch_values()))
     launch_folder = adapter.launch_folder()  # where a template trainer's trials run
