@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.errors import UnknownTrainerError
+from autotune.trainers.aitoolkit import AiToolkitAdapter
 from autotune.trainers.base import TrainerAdapter
 from autotune.trainers.command import CommandAdapter
 from autotune.trainers.dpipe import DiffusionPipeAdapter
@@ -19,7 +20,14 @@ from autotune.trainers.sana import SanaAdapter
 #: Trainer name -> adapter class.
 ADAPTERS: dict[str, type[TrainerAdapter]] = {
     cls.name: cls
-    for cls in (Ltx2Adapter, SanaAdapter, CommandAdapter, ReferenceAdapter, DiffusionPipeAdapter)
+    for cls in (
+        Ltx2Adapter,
+        SanaAdapter,
+        CommandAdapter,
+        ReferenceAdapter,
+        DiffusionPipeAdapter,
+        AiToolkitAdapter,
+    )
 }
 
 
