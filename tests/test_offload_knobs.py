@@ -91,6 +91,21 @@ def test_bad_offload_knobs_say_what_is_wrong(entry: dict[str, Any], message: str
     assert f"k.yaml: knobs[0] ({entry['name']})" in str(info.value)
 
 
+def test_a_choice_that_offloads_is_reversed_in_the_host_order_only() -> None:
+    space = make_space({"name": "ac", "values": ["unsloth", True, False], "host": "offload"}, BATCH)
+    unsloth = space.candidate({"ac": "unsloth", "batch_size": 2})
+    plain = unsloth.replace(ac=True)
+    assert space.needs_at_least(plain, unsloth)  # device: unsloth saves
+    assert all(
+        a >= b for a, b in zip(space.host_positions(unsloth), space.host_positions(plain), strict=True)
+    )
+    assert space.offload_room(plain) == (True, True)
+    with pytest.raises(ConfigError, match="host must be"):
+        make_space({"name": "ac", "values": [True, False], "host": "more"})
+    with pytest.raises(ConfigError, match="unknown keys"):
+        make_space({"name": "batch_size", "type": "int", "host": "offload"})
+
+
 def test_a_fraction_is_a_float_whatever_the_study_gave_back() -> None:
     space = make_space({"name": "f", "type": "fraction"}, BATCH)
     one = space.candidate({"f": 1, "batch_size": 2})

@@ -68,7 +68,11 @@ class Grid:
         """Whether ``family`` offloads anything (an offload knob above 0): its step has a fixed
         transfer cost per micro-batch, so speed ratios to other families drift with the batch."""
         p = family.params
-        return any(p.get(k.name, 0) != 0 for k in self._offload_knobs)
+        return any(
+            p[k.name] != (0 if k.kind in ("count", "fraction") else k.values[-1])
+            for k in self._offload_knobs
+            if k.name in p
+        )
 
     def host_positions(self, c: Candidate) -> tuple[float, ...]:
         return self.hpos.get(c) or self.space.host_positions(c)

@@ -30,6 +30,8 @@ Knob files (``configs/knobs/<trainer>.yaml``) look like::
 A precision category is a choice listed leanest first (``[nf4, float8, bfloat16]``). Count and
 fraction knobs are offload knobs (``host: offload``, the default; ``host: none`` when more of one
 does not cost host RAM): ``Space.host_positions`` orders candidates by host RAM with them reversed.
+A choice whose saving end holds more in host RAM says so too (``host: offload``: activations
+offloaded to the CPU, ``low_vram`` keeping encoders there).
 
 Study params use the knob names; the string ``none`` stands for YAML null
 (``to_study_value`` / ``from_study_value``: the one place that spells that rule).
@@ -332,7 +334,9 @@ class Space:
             if raw.get("type") in ("count", "fraction"):
                 knobs.append(_offload_knob(raw, where, (limits or {}).get(name)))
                 continue
-            unknown = set(raw) - {"name", "values", "extra_savers", "type"}
+            unknown = set(raw) - {"name", "values", "extra_savers", "type", "host"}
+            if raw.get("type") == "int" and "host" in raw:
+                unknown.add("host")
             if unknown:
                 raise ConfigError(f"{where} ({name}): unknown keys {sorted(unknown)}")
             if raw.get("type") == "int":
@@ -365,7 +369,17 @@ class Space:
                 vals = [normalize_value(v) for v in extra] + vals
             if len(set(map(repr, vals))) != len(vals):
                 raise ConfigError(f"{where} ({name}): values repeat: {vals}")
-            knobs.append(Knob(name, tuple(vals), extra=len(extra) if allow_extra_savers else 0))
+            host = raw.get("host", "none")
+            if host not in ("offload", "none"):
+                raise ConfigError(f"{where} ({name}): host must be 'offload' or 'none', got {host!r}")
+            knobs.append(
+                Knob(
+                    name,
+                    tuple(vals),
+                    extra=len(extra) if allow_extra_savers else 0,
+                    offload=host == "offload",
+                )
+            )
         fidelity = data.get("fidelity") or {}
         if not isinstance(fidelity, dict):
             raise ConfigError(f"{source}: 'fidelity' must be a mapping of knob -> preferred value")
