@@ -83,6 +83,18 @@ LTX2_OUTPUT = (
     "📊 Training Statistics:\n - Total time: 1.2 minutes\n - Training speed: 0.71 steps/second\n"
     " - Samples/second: 0.71\n - Peak GPU memory: 45.68 GB\n"
 )
+MUSUBI_PARAMS = {
+    "blocks_to_swap": 24,
+    "precision": "bf16",
+    "gradient_checkpointing": "cpu_offload",
+    "optimizer": "adamw",
+    "split_attn": True,
+    "batch_size": 2,
+}
+MUSUBI_OUTPUT = "".join(  # trainer_base.py:1920,2116-2118 @ 30c658c (musubi-tuner)
+    f"steps: {n * 10:3d}%|█         | {n}/10 [00:{2 * n:02d}<00:10,  2.00s/it, avr_loss=0.123]\r"
+    for n in (1, 2, 3, 4)
+)
 SANA_OUTPUT = "Steps:  40%|████      | 4/10 [00:02<00:03,  1.95it/s, loss=0.123, lr=0.0001]\r" * 3
 
 
@@ -119,6 +131,13 @@ def _sana(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
     return adapter, adapter.load_baseline(tmp / "sana.yaml")
 
 
+def _musubi(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
+    from tests.musubi_setup import make_setup
+
+    adapter = get_adapter("musubi", launcher=[sys.executable])
+    return adapter, adapter.load_baseline(make_setup(tmp / "user"))
+
+
 def _command(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
     (tmp / "mine.yaml").write_text(COMMAND_CONFIG)
     adapter = get_adapter(
@@ -135,6 +154,7 @@ CASES = [
     Case("reference", _reference, LTX2_PARAMS, LTX2_OUTPUT),
     Case("sana", _sana, SANA_PARAMS, SANA_OUTPUT, yaml_config=False),
     Case("command", _command, LTX2_PARAMS, LTX2_OUTPUT),
+    Case("musubi", _musubi, MUSUBI_PARAMS, MUSUBI_OUTPUT, yaml_config=False),
 ]
 
 
@@ -256,10 +276,10 @@ def test_unknown_adapter_name_lists_the_known_ones() -> None:
         get_adapter("ltx3")
     for name in ("ltx2", "sana", "command", "reference"):
         assert name in str(err.value)
-    assert adapter_names() == ["command", "ltx2", "reference", "sana"]
+    assert adapter_names() == ["command", "ltx2", "musubi", "reference", "sana"]
 
 
-@pytest.mark.parametrize("name", ["ltx2", "sana", "reference", "command"])
+@pytest.mark.parametrize("name", ["ltx2", "sana", "reference", "command", "musubi"])
 def test_unknown_option_is_a_usage_error(name: str) -> None:
     from autotune.errors import UsageError
 
@@ -340,6 +360,7 @@ def test_hooks_say_what_the_branches_said() -> None:
     assert {n: adapter_class(n).config_suffix for n in adapter_names()} == {
         "command": ".yaml",
         "ltx2": ".yaml",
+        "musubi": ".sh",
         "reference": ".yaml",
         "sana": ".sh",
     }

@@ -12,12 +12,13 @@ from autotune.errors import UnknownTrainerError
 from autotune.trainers.base import TrainerAdapter
 from autotune.trainers.command import CommandAdapter
 from autotune.trainers.ltx2 import Ltx2Adapter
+from autotune.trainers.musubi import MusubiAdapter
 from autotune.trainers.reference import ReferenceAdapter
 from autotune.trainers.sana import SanaAdapter
 
 #: Trainer name -> adapter class.
 ADAPTERS: dict[str, type[TrainerAdapter]] = {
-    cls.name: cls for cls in (Ltx2Adapter, SanaAdapter, CommandAdapter, ReferenceAdapter)
+    cls.name: cls for cls in (Ltx2Adapter, SanaAdapter, CommandAdapter, ReferenceAdapter, MusubiAdapter)
 }
 
 
