@@ -45,7 +45,7 @@ cd {trainer} && accelerate launch --num_cpu_threads_per_process 1 --mixed_precis
     --timestep_sampling shift --discrete_flow_shift 3.0 \\
     --max_train_epochs 16 --save_every_n_epochs 1 --seed 42 \\
     --sample_prompts {prompts} --sample_every_n_epochs 4 --sample_at_first \\
-    --output_dir {out} --output_name my-lora
+    --output_dir {out} --output_name my-lora{extra}
 """
 
 #: Video clips: (item, original W x H, frame counts cached), images: (item, W x H).
@@ -69,7 +69,7 @@ def make_caches(root: Path) -> tuple[Path, Path]:
     return videos, images
 
 
-def make_setup(root: Path, *, task: str = "t2v-14B", trainer: Path = FAKE_MUSUBI) -> Path:
+def make_setup(root: Path, *, task: str = "t2v-14B", trainer: Path = FAKE_MUSUBI, extra: str = "") -> Path:
     """The launch script (returned), its dataset TOML, caches, DiT file and prompts under ``root``."""
     root.mkdir(parents=True, exist_ok=True)
     videos, images = make_caches(root)
@@ -86,6 +86,7 @@ def make_setup(root: Path, *, task: str = "t2v-14B", trainer: Path = FAKE_MUSUBI
             dataset=dataset,
             prompts=root / "prompts.txt",
             out=root / "output",
+            extra=f" {extra}" if extra else "",
         )
     )
     return script

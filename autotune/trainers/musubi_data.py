@@ -33,6 +33,8 @@ RESO_STEPS = 16
 _VIDEO_CACHE = re.compile(
     r"^(?P<item>.+)_(?P<pos>\d+)-(?P<frames>\d+)(?:-\d+)?_(?P<w>\d+)x(?P<h>\d+)_(?P<arch>[^_]+)\.safetensors$"
 )
+#: Architecture -> the prefix of its cache scripts (docs/wan.md:116,145; HunyuanVideo's are the plain ones).
+_CACHE_SCRIPTS = {"wan": "wan_", "hv": ""}
 _IMAGE_CACHE = re.compile(r"^(?P<item>.+)_(?P<w>\d+)x(?P<h>\d+)_(?P<arch>[^_]+)\.safetensors$")
 
 
@@ -230,10 +232,12 @@ def make_trial_dataset(
     found = largest_bucket(datasets)
     if found is None:
         folders = ", ".join(str(d.cache_directory) for d in datasets) or "(no [[datasets]])"
+        prefix = _CACHE_SCRIPTS.get(arch, "")
         raise ConfigError(
             f"{toml.source}: no latent caches for architecture {arch!r} in {folders}. musubi-tuner trains on "
-            "cached latents: run the cache_latents and cache_text_encoder_outputs scripts for this dataset "
-            "config first (docs/wan.md, 'Pre-caching'), then sweep."
+            f"cached latents: run src/musubi_tuner/{prefix}cache_latents.py and "
+            f"{prefix}cache_text_encoder_outputs.py with this dataset config first "
+            "(docs/wan.md:107-150, 'Pre-caching'), then sweep."
         )
     chosen, bucket = found
     files = chosen.buckets[bucket]
