@@ -102,7 +102,10 @@ def test_yaml_null_is_the_string_none() -> None:
         ("knobs:\n  - name: q\n    values: [a]\nfidelity: {z: a}\n", "unknown knob 'z'"),
         ("knobs:\n  - name: q\n    values: [a]\nfidelity: {q: b}\n", "not one of a"),
         ("knobs:\n  - name: b\n    type: int\n    values: [64]\n", "no value is <= --max-batch-size"),
-        ("knobs:\n  - name: q\n    type: float\n    values: [1]\n", "type must be 'int'"),
+        (
+            "knobs:\n  - name: q\n    type: float\n    values: [1]\n",
+            "type must be int, count, fraction, choice",
+        ),
     ],
 )
 def test_bad_knob_files_say_what_and_where(text: str, message: str) -> None:

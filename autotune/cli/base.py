@@ -36,6 +36,23 @@ def vram_gb(text: str) -> float:
     return value
 
 
+def gb_amount(flag: str) -> Callable[[str], float]:
+    """A positive number of GB for ``flag`` (``--host-ram-gb 64``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{flag} wants a number of GB, like 64 or 125.5; got {text!r}"
+            ) from None
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive number of GB; got {text!r}")
+        return value
+
+    return parse
+
+
 def positive_int(flag: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:

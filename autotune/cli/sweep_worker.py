@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autotune.cli.base import EXIT_INTERRUPTED, EXIT_OK, duration, fraction, positive_int, vram_gb
+from autotune.cli.base import EXIT_INTERRUPTED, EXIT_OK, duration, fraction, gb_amount, positive_int, vram_gb
 from autotune.errors import UsageError
 
 
@@ -147,6 +147,14 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "at 80-95%% of the card",
     )
     p.add_argument(
+        "--host-ram-gb",
+        type=gb_amount("--host-ram-gb"),
+        help="host RAM the trials may use, in GB (default: this machine's). Block swap and offload "
+        "move weights into host RAM: a trial whose processes' RSS peaks over (1 - headroom) of this "
+        "does not fit, one that passes all of it is ended as host_oom before the kernel's OOM killer "
+        "strikes, and either rules out every config with at least as much offload",
+    )
+    p.add_argument(
         "--max-batch-size",
         type=positive_int("--max-batch-size"),
         help=f"largest batch size tried (default: {DEFAULT_MAX_BATCH_SIZE}; the dataset's size also caps it). "
@@ -246,6 +254,7 @@ def sweep_options(args: argparse.Namespace) -> Any:
         "trial_timeout_s": args.trial_timeout,
         "stall_timeout_s": args.stall_timeout,
         "headroom": args.headroom,
+        "host_ram_gb": args.host_ram_gb,
         "max_batch_size": args.max_batch_size,
         "batch_sizes": args.batch_sizes,
         "keep_effective_batch": args.keep_effective_batch,

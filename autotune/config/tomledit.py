@@ -9,7 +9,6 @@ that came out wrong is our bug (``ConfigEditError``), never a silently different
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,11 +22,11 @@ __all__ = ["TomlConfig", "load_toml_data"]
 
 
 def load_toml_data(text: str, source: str) -> dict[str, Any]:
-    """Plain data of a TOML text (the standard library's reader); a malformed file is a
-    ``ConfigError`` that names ``source`` and the line."""
+    """Plain data of a TOML text; a malformed file is a ``ConfigError`` that names ``source`` and
+    the line (tomlkit, not ``tomllib``: Python 3.10 has no ``tomllib``)."""
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return dict(tomlkit.parse(text).unwrap())
+    except TOMLKitError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}. Fix the file and run again.") from None
 
 
@@ -36,11 +35,10 @@ class TomlConfig:
 
     def __init__(self, text: str, source: str = "<toml>") -> None:
         self.source = source
-        load_toml_data(text, source)  # the standard reader's error names the line
         try:
             self._doc: TOMLDocument = tomlkit.parse(text)
-        except TOMLKitError as exc:  # pragma: no cover - tomllib accepted it
-            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        except TOMLKitError as exc:
+            raise ConfigError(f"{source}: not valid TOML: {exc}. Fix the file and run again.") from None
 
     @property
     def data(self) -> dict[str, Any]:

@@ -21,6 +21,21 @@ class Grid:
             grid.insert(0, baseline)
         self.candidates = grid
         self.pos = {c: space.positions(c) for c in grid}
+        offload = any(k.offload for k in space.knobs)
+        #: Host-RAM order coordinates (``Space.host_positions``); only when a knob offloads.
+        self.hpos = {c: space.host_positions(c) for c in grid} if offload else {}
+        refinable = [k for k in space.knobs if k.refinable]
+        #: Knobs whose values between their coarse grid are tried only near the best.
+        self.refinable = refinable
+        coarse = {k.name: set(k.coarse) for k in refinable}
+        #: The candidates the search may run before any refinement: refinable knobs on their grid
+        #: (and the baseline's family, wherever it lies).
+        base_fam = space.family(baseline)
+        self.coarse = {
+            c
+            for c in grid
+            if all(c.params[n] in vals for n, vals in coarse.items()) or space.family(c) == base_fam
+        }
         self._fam = {c: space.family(c) for c in grid}
         self._bat = {c: space.batch(c) for c in grid}
         base_family = space.family(baseline)
@@ -47,6 +62,9 @@ class Grid:
 
     def positions(self, c: Candidate) -> tuple[float, ...]:
         return self.pos.get(c) or self.space.positions(c)
+
+    def host_positions(self, c: Candidate) -> tuple[float, ...]:
+        return self.hpos.get(c) or self.space.host_positions(c)
 
     def family(self, c: Candidate) -> Candidate:
         f = self._fam.get(c)

@@ -22,6 +22,8 @@ from autotune.core.units import format_gb
 
 #: Outcomes that mean "device memory": they prove nothing hungrier fits.
 MEMORY_OUTCOMES = frozenset({"oom"})
+#: Outcomes that mean "host RAM": they prove nothing hungrier in host RAM fits (more offload).
+HOST_OUTCOMES = frozenset({"host_oom"})
 #: Non-memory failures and how many attempts a candidate gets for each.
 ATTEMPTS = {
     "config_error": 1,  # deterministic: running it again gives the same error
@@ -29,7 +31,6 @@ ATTEMPTS = {
     "crash": 2,
     "timeout": 2,
     "stalled": 2,
-    "host_oom": 2,
     "interrupted": 5,  # Ctrl-C or a dead orchestrator: not the candidate's fault
 }
 DEFAULT_ATTEMPTS = 2
@@ -50,17 +51,25 @@ class Observation:
     peak_vram_gb: float | None = None
     fits: bool | None = None
     spread: float | None = None
+    #: Whether the run's peak host RAM stayed under the host line (None: unknown, no evidence).
+    host_fits: bool | None = None
+    peak_host_gb: float | None = None
 
     @classmethod
     def from_record(cls, candidate: Candidate, record: TrialRecord) -> Observation:
         """A stored trial as the strategy sees it (a running trial has no outcome yet)."""
+        host_fits = record.get("host_fits")
         return cls(
             candidate=candidate,
             outcome=None if record.state == "running" else (record.outcome or "crash"),
             samples_per_s=record.samples_per_s,
             peak_vram_gb=record.get("peak_vram_gb"),
-            fits=record.get("fits"),
+            # ``fits`` is recorded as device and host together: over the host line, the device's
+            # own fit is judged again from the peak (a host overrun orders candidates the other way).
+            fits=None if host_fits is False else record.get("fits"),
             spread=record.relative_spread,
+            host_fits=host_fits if isinstance(host_fits, bool) else None,
+            peak_host_gb=record.get("peak_host_rss_gb"),
         )
 
 
@@ -110,6 +119,8 @@ class Knowledge:
 
     points: dict[Candidate, Point] = field(default_factory=dict)
     nofit: dict[Candidate, tuple[str, str]] = field(default_factory=dict)
+    #: Candidates proven not to fit the host's RAM: ``host_oom``, or a peak over the host line.
+    host_nofit: dict[Candidate, tuple[str, str]] = field(default_factory=dict)
     failures: defaultdict[Candidate, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     nan: set[Candidate] = field(default_factory=set)
     running: set[Candidate] = field(default_factory=set)
@@ -149,6 +160,8 @@ def read(history: Sequence[Observation], grid: Grid, fit_limit_gb: float) -> Kno
             runs[c].append(obs)
         elif obs.outcome in MEMORY_OUTCOMES:
             k.nofit.setdefault(c, ("oom", "ran out of device memory"))
+        elif obs.outcome in HOST_OUTCOMES:
+            k.host_nofit.setdefault(c, ("host_oom", "ran out of host RAM"))
         else:
             k.failures[c][obs.outcome] += 1
             if obs.outcome == "nan":
@@ -163,7 +176,12 @@ def read(history: Sequence[Observation], grid: Grid, fit_limit_gb: float) -> Kno
         peaks = [o.peak_vram_gb for o in obs_list if o.peak_vram_gb is not None]
         peak = max(peaks) if peaks else None
         fit = all(fits(o, fit_limit_gb) for o in obs_list)
-        k.points[c] = Point(c, mean, spread, peak, fit, noise_of(spreads, sps), len(sps))
+        host_over = [o for o in obs_list if o.host_fits is False]
+        k.points[c] = Point(c, mean, spread, peak, fit and not host_over, noise_of(spreads, sps), len(sps))
         if not fit:
             k.nofit.setdefault(c, ("over_headroom", over_headroom(peak, fit_limit_gb)))
+        if host_over:
+            host_peak = max((o.peak_host_gb for o in host_over if o.peak_host_gb is not None), default=None)
+            shown = format_gb(host_peak) if host_peak is not None else "a peak"
+            k.host_nofit.setdefault(c, ("over_host", f"peaked at {shown} of host RAM, over the host line"))
     return k

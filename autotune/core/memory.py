@@ -23,7 +23,7 @@ class Verdict:
     candidate: Candidate
     reason: str
     by: list[Candidate] = field(default_factory=list)
-    kind: str = "oom"  # "oom", "over_headroom" or "failed"
+    kind: str = "oom"  # "oom", "over_headroom", "host_oom", "over_host" or "failed"
 
 
 # -- dominance ---------------------------------------------------------------------------------
@@ -36,6 +36,15 @@ def dominators(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
         if all(x >= y for x, y in zip(pc, pn, strict=True)):
             out.append(n)
     return out
+
+
+def host_dominators(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
+    """Candidates proven not to fit the host's RAM that ``c`` needs at least as much host RAM as:
+    at least their offload and, in every other knob, at or beyond them (``Space.host_positions``)."""
+    if not k.host_nofit:
+        return []
+    pc = grid.host_positions(c)
+    return [n for n in k.host_nofit if all(x >= y for x, y in zip(pc, grid.host_positions(n), strict=True))]
 
 
 def failed_below(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
@@ -62,6 +71,14 @@ def ruled_out(grid: Grid, k: Knowledge) -> list[Verdict]:
             more = f" (and {len(proof) - 1} more)" if len(proof) > 1 else ""
             reason = f"needs at least as much memory as {first}, which {what}{more}"
             verdicts.append(Verdict(c, reason, proof, kind))
+            continue
+        host = host_dominators(grid, k, c)
+        if host:
+            first = host[0]
+            kind, what = k.host_nofit[first]
+            more = f" (and {len(host) - 1} more)" if len(host) > 1 else ""
+            reason = f"needs at least as much host RAM as {first}, which {what}{more}"
+            verdicts.append(Verdict(c, reason, host, "host_oom" if kind == "host_oom" else "over_host"))
             continue
         failed = failed_below(grid, k, c)
         if failed:

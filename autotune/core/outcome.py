@@ -12,7 +12,8 @@ Precedence, when several apply (first wins), and why:
 1. ``interrupted``: the user stopped the sweep; the end says nothing about the config.
 2. ``oom``: a device OOM text anywhere. Trainers often hang or get killed after an
    OOM (the runner ends them), so this beats timeout, stalled and crash.
-3. ``host_oom`` from text (``DefaultCPUAllocator: can't allocate memory``, ``MemoryError``).
+3. ``host_oom`` when the runner ended the trial for passing the host RAM line (``--host-ram-gb``),
+   or from text (``DefaultCPUAllocator: can't allocate memory``, ``MemoryError``).
 4. ``config_error``: a config/usage error text and a failed exit. It is a failure of
    the input, not of the candidate; it must not read as a crash.
 5. ``nan``: a NaN/inf loss in the metrics or the output. The config diverged; whatever
@@ -134,6 +135,7 @@ def classify(
     interrupted: bool,
     output: str,
     metrics: TrialMetrics | None,
+    host_over_gb: float | None = None,
 ) -> Outcome:
     """The trial's outcome; see the module docstring for the precedence."""
     return explain(
@@ -144,6 +146,7 @@ def classify(
         interrupted=interrupted,
         output=output,
         metrics=metrics,
+        host_over_gb=host_over_gb,
     ).outcome
 
 
@@ -156,11 +159,13 @@ def explain(
     interrupted: bool,
     output: str,
     metrics: TrialMetrics | None,
+    host_over_gb: float | None = None,
 ) -> OutcomeReason:
     """Like ``classify``, with the one-line reason.
 
     ``returncode`` may be Popen's (negative for a signal) or a shell's (128 + n);
-    ``signal`` is the signal that ended the process, when known.
+    ``signal`` is the signal that ended the process, when known; ``host_over_gb`` the host RAM
+    line the runner ended the trial for passing (``None``: it did not).
     """
     sig = _ending_signal(returncode, signal)
     failed = sig is not None or (returncode is not None and returncode != 0)
@@ -170,6 +175,12 @@ def explain(
         details = parse_oom(output)
         extra = f" ({details.describe()})" if details and details.describe() else ""
         return OutcomeReason(Outcome.OOM, f"device out of memory{extra}: {_line_at(output, m)}")
+    if host_over_gb is not None:
+        return OutcomeReason(
+            Outcome.HOST_OOM,
+            f"host RAM: its processes passed the host line of {format_gb(host_over_gb)} (--host-ram-gb) "
+            "and autotune ended it before the kernel's OOM killer could",
+        )
     if m := _last(_HOST_OOM, output):
         return OutcomeReason(Outcome.HOST_OOM, f"host RAM exhausted: {_line_at(output, m)}")
     if failed and (m := _first(_CONFIG_ERROR, output)):

@@ -17,7 +17,19 @@ Knob files (``configs/knobs/<trainer>.yaml``) look like::
         type: int            # every integer 1..--max-batch-size (or --batch-sizes' list)
       - name: gradient_checkpointing
         values: [true, false]
+      - name: blocks_to_swap
+        type: count          # an integer max..0: MORE of it saves device memory, costs host RAM
+        max: 39              # an adapter's knob_limits(baseline) may lower it per architecture
+        grid: [39, 32, 24, 16, 8, 0]   # tried first; refined near the winner (default: 6 even steps)
+      - name: offload_percent
+        type: fraction       # a float 1.0..0.0: MORE of it saves device memory, costs host RAM
+        grid: [1.0, 0.75, 0.5, 0.25, 0.0]   # tried first (the default)
+        step: 0.05           # refined near the winner down to this step (the default)
     fidelity: {quantization: none, optimizer: adamw}
+
+A precision category is a choice listed leanest first (``[nf4, float8, bfloat16]``). Count and
+fraction knobs are offload knobs (``host: offload``, the default; ``host: none`` when more of one
+does not cost host RAM): ``Space.host_positions`` orders candidates by host RAM with them reversed.
 
 Study params use the knob names; the string ``none`` stands for YAML null
 (``to_study_value`` / ``from_study_value``: the one place that spells that rule).
@@ -29,6 +41,7 @@ mapping to ``Space.from_mapping``.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -36,8 +49,9 @@ from typing import Any, Union
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError
 
-#: A study param value: a string (``none`` for null), a bool, or an int (batch size).
-ParamValue = Union[str, bool, int]  # noqa: UP007 (a runtime alias: py3.10 needs Union)
+#: A study param value: a string (``none`` for null), a bool, an int (batch size, a count) or a
+#: float (a fraction).
+ParamValue = Union[str, bool, int, float]  # noqa: UP007 (a runtime alias: py3.10 needs Union)
 
 NONE = "none"
 
@@ -70,7 +84,9 @@ def normalize_value(value: Any) -> ParamValue:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    raise ConfigError(f"knob value {value!r} is not a string, bool, int or null")
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise ConfigError(f"knob value {value!r} is not a string, bool, number or null")
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,9 +150,23 @@ def _show(value: ParamValue) -> str:
     return str(value)
 
 
+#: Knob kinds: a listed choice, the batch-size integer, a count of offloaded parts, a fraction.
+KINDS = ("choice", "int", "count", "fraction")
+#: A fraction knob's coarse grid and finest step when its file names none.
+DEFAULT_FRACTION_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)
+DEFAULT_FRACTION_STEP = 0.05
+#: A count knob's coarse grid when its file names none: this many even steps from max to 0.
+DEFAULT_COUNT_STEPS = 5
+
+
 @dataclass(frozen=True)
 class Knob:
-    """One knob. ``values`` run saving -> hungry; an int knob (batch size) is ordered by number."""
+    """One knob. ``values`` run saving -> hungry; an int knob (batch size) is ordered by number.
+
+    A count or fraction knob (``kind``) lists every value it may take, saving first (more offload
+    first); ``coarse`` holds the ones the search tries first, and the strategy refines between them
+    near the best (``autotune.core.refine``). ``offload``: more of it costs host RAM.
+    """
 
     name: str
     values: tuple[ParamValue, ...]
@@ -145,6 +175,22 @@ class Knob:
     #: value, but they are not ordered among themselves (a knob file may list them in the
     #: order to try them, e.g. int4 before int2), so no verdict crosses between two of them.
     extra: int = 0
+    kind: str = "choice"
+    coarse: tuple[ParamValue, ...] = ()
+    offload: bool = False
+
+    @property
+    def refinable(self) -> bool:
+        """The search tries ``coarse`` first and the other values only near the best."""
+        return bool(self.coarse) and len(self.coarse) < len(self.values)
+
+    def normalize(self, value: Any) -> ParamValue:
+        """``value`` as this knob spells it: a fraction is a float (``1`` is ``1.0``), a count an int."""
+        if self.kind == "fraction" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return round(float(value), 6)
+        if self.kind == "count" and isinstance(value, float) and value.is_integer():
+            return int(value)
+        return normalize_value(value)
 
     def coords(self, value: ParamValue) -> tuple[float, ...]:
         """Coordinates whose component-wise order is the memory order of this knob's values."""
@@ -233,7 +279,7 @@ class Space:
         for name, value in (fidelity or {}).items():
             if name not in self._by_name:
                 raise ConfigError(f"fidelity names unknown knob {name!r}; knobs: {', '.join(names)}")
-            v = normalize_value(value)
+            v = self._by_name[name].normalize(value)
             self._by_name[name].position(v)  # validates
             self.fidelity[name] = v
 
@@ -266,10 +312,12 @@ class Space:
         max_batch_size: int,
         allow_extra_savers: bool,
         batch_ladder: Sequence[int] | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> Space:
         """A parsed knob file (``configs/knobs/<trainer>.yaml``); errors name ``source`` and the knob.
 
-        ``batch_ladder`` (``--batch-sizes``) replaces the ``batch_size`` knob's values when given.
+        ``batch_ladder`` (``--batch-sizes``) replaces the ``batch_size`` knob's values when given;
+        ``limits`` (an adapter's ``knob_limits``) the ``max`` of count knobs.
         """
         if not isinstance(data, dict) or not isinstance(data.get("knobs"), list):
             raise ConfigError(f"{source}: expected a mapping with a 'knobs:' list")
@@ -281,6 +329,9 @@ class Space:
             if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
                 raise ConfigError(f"{where}: each knob needs a 'name'")
             name = raw["name"]
+            if raw.get("type") in ("count", "fraction"):
+                knobs.append(_offload_knob(raw, where, (limits or {}).get(name)))
+                continue
             unknown = set(raw) - {"name", "values", "extra_savers", "type"}
             if unknown:
                 raise ConfigError(f"{where} ({name}): unknown keys {sorted(unknown)}")
@@ -297,10 +348,13 @@ class Space:
                         )
                 else:
                     values = batch_sizes(max_batch_size)
-                knobs.append(Knob(name, values, is_int=True))
+                knobs.append(Knob(name, values, is_int=True, kind="int"))
                 continue
             if raw.get("type") not in (None, "choice"):
-                raise ConfigError(f"{where} ({name}): type must be 'int' or left out, got {raw['type']!r}")
+                raise ConfigError(
+                    f"{where} ({name}): type must be int, count, fraction, choice or left out, "
+                    f"got {raw['type']!r}"
+                )
             if not isinstance(raw.get("values"), list) or not raw["values"]:
                 raise ConfigError(f"{where} ({name}): 'values' must be a non-empty list, saving -> hungry")
             vals = [normalize_value(v) for v in raw["values"]]
@@ -348,7 +402,7 @@ class Space:
             )
         items = []
         for knob in self.knobs:
-            value = normalize_value(params[knob.name])
+            value = knob.normalize(params[knob.name])
             knob.position(value)  # validates
             items.append((knob.name, value))
         return Candidate(tuple(items))
@@ -374,6 +428,13 @@ class Space:
         """Coordinates of the memory order: ``a`` needs >= ``b`` when every coordinate is >=."""
         p = candidate.params
         return tuple(x for k in self.knobs for x in k.coords(p[k.name]))
+
+    def host_positions(self, candidate: Candidate) -> tuple[float, ...]:
+        """Coordinates of the host-RAM order: an offload knob's reversed (more offload holds more
+        in host RAM), every other knob's as in device memory (a hungrier precision or batch holds
+        no less on the host either). ``a`` needs >= ``b``'s host RAM when every coordinate is >=."""
+        p = candidate.params
+        return tuple(-x if k.offload else x for k in self.knobs for x in k.coords(p[k.name]))
 
     def needs_at_least(self, a: Candidate, b: Candidate) -> bool:
         """True when ``a`` is at or beyond ``b`` in every knob, so ``a`` needs >= ``b``'s memory."""
@@ -413,6 +474,60 @@ class Space:
     def fidelity_score(self, candidate: Candidate) -> int:
         """How many knobs sit at their preferred (higher-fidelity) value: near-ties go to the higher."""
         return fidelity_score(candidate.params, self.fidelity)
+
+
+def _offload_knob(raw: Mapping[str, Any], where: str, limit: int | None) -> Knob:
+    """A ``type: count`` or ``type: fraction`` knob: every value saving -> hungry, its coarse grid."""
+    name, kind = raw["name"], raw["type"]
+    allowed = {"name", "type", "grid", "host"} | ({"max"} if kind == "count" else {"step"})
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ConfigError(
+            f"{where} ({name}): unknown keys {sorted(unknown)} for type {kind} (known: {sorted(allowed)})"
+        )
+    host = raw.get("host", "offload")
+    if host not in ("offload", "none"):
+        raise ConfigError(f"{where} ({name}): host must be 'offload' or 'none', got {host!r}")
+    grid = raw.get("grid")
+    if grid is not None and (not isinstance(grid, list) or not grid):
+        raise ConfigError(f"{where} ({name}): 'grid' must be a non-empty list of values to try first")
+    values: tuple[ParamValue, ...]
+    if kind == "count":
+        top = raw.get("max")
+        if isinstance(top, bool) or not isinstance(top, int) or top < 0:
+            raise ConfigError(f"{where} ({name}): a count knob needs 'max', a whole number >= 0, got {top!r}")
+        if limit is not None:
+            top = int(limit)
+        values = tuple(range(top, -1, -1))
+        if grid is None:
+            step = max(1, math.ceil(top / DEFAULT_COUNT_STEPS))
+            coarse = sorted({*range(0, top + 1, step), top}, reverse=True)
+        else:
+            bad = [v for v in grid if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+            if bad:
+                raise ConfigError(f"{where} ({name}): grid values must be whole numbers >= 0, got {bad}")
+            coarse = sorted({min(int(v), top) for v in grid}, reverse=True)  # a smaller model: its max
+    else:
+        step_value = raw.get("step", DEFAULT_FRACTION_STEP)
+        if (
+            isinstance(step_value, bool)
+            or not isinstance(step_value, (int, float))
+            or not 0 < step_value <= 1
+        ):
+            raise ConfigError(f"{where} ({name}): 'step' must be a number in (0, 1], got {step_value!r}")
+        n = round(1 / step_value)
+        if abs(n * step_value - 1) > 1e-9:
+            raise ConfigError(f"{where} ({name}): 'step' {step_value} must divide 1 (0.05, 0.1, 0.25 ...)")
+        values = tuple(round(i / n, 6) for i in range(n, -1, -1))
+        listed = DEFAULT_FRACTION_GRID if grid is None else grid
+        bad = [v for v in listed if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1]
+        if bad:
+            raise ConfigError(f"{where} ({name}): grid values must be fractions in [0, 1], got {bad}")
+        off = [v for v in listed if abs(round(v * n) - v * n) > 1e-6]
+        if off:
+            raise ConfigError(f"{where} ({name}): grid values {off} are not multiples of step {step_value}")
+        coarse = sorted({round(round(v * n) / n, 6) for v in listed}, reverse=True)
+    return Knob(name, values, kind=kind, coarse=tuple(coarse), offload=host == "offload")
 
 
 def _int_value(value: Any, where: str) -> int:

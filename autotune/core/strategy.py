@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from autotune.core import memory, verdict
+from autotune.core import memory, refine, verdict
 from autotune.core.bounds import DEFAULT_SPEED_PRIORS, SpeedBounds, SpeedPriors
 from autotune.core.grid import Grid
 from autotune.core.knowledge import ATTEMPTS, DEFAULT_ATTEMPTS, MEMORY_OUTCOMES, Knowledge, Observation, Point
@@ -205,8 +205,23 @@ class Strategy:
     # -- what next -------------------------------------------------------------------------
     def could_win(self, history: Sequence[Observation]) -> dict[Candidate, float]:
         """Every proposable candidate that could still win, with its speed upper bound."""
-        k = self._read(history)
-        return self._could_win(k, self._proposable(k))
+        return self._could_win_now(self._read(history))
+
+    def _could_win_now(self, k: Knowledge) -> dict[Candidate, float]:
+        """What could still win among what may run now: a refinable knob's coarse grid first, then
+        the values bisection opens near the best (``autotune.core.refine``)."""
+        cands = self._proposable(k)
+        grid = self._grid
+        if not grid.refinable:
+            return self._could_win(k, cands)
+        could = self._could_win(k, [c for c in cands if c in grid.coarse])
+        if could:
+            return could
+        best = self._best(k)
+        near = refine.opened(
+            grid, k, best.candidate if best else None, [c for c in cands if c not in grid.coarse]
+        )
+        return self._could_win(k, [c for c in cands if c in near])
 
     def _proposable(self, k: Knowledge) -> list[Candidate]:
         blocked = {v.candidate for v in memory.ruled_out(self._grid, k)}
@@ -217,6 +232,7 @@ class Strategy:
             and c not in k.running
             and c not in k.points
             and c not in k.nofit
+            and c not in k.host_nofit
             and c not in k.nan
             and not k.exhausted(c)
         ]
@@ -244,14 +260,15 @@ class Strategy:
         k = self._read(history)
         base = self.baseline
         if base not in k.seen and base not in k.running:
-            return None if memory.dominators(self._grid, k, base) else base
+            ruled = memory.dominators(self._grid, k, base) or memory.host_dominators(self._grid, k, base)
+            return None if ruled else base
         if base in k.failures and base not in k.points and base not in k.nofit:
             non_memory = {o for o in k.failures[base] if o != "interrupted"}
             if non_memory:
                 return None  # a config problem must not burn the night: the sweep reports it
             if not k.exhausted(base):
                 return base
-        could = self._could_win(k, self._proposable(k))
+        could = self._could_win_now(k)
         if not could:
             return None
         grid = self._grid

@@ -5,8 +5,9 @@ and the report each name a winner. With one rule they name the same one.
 
 - **Judged peak**: the larger of the trainer's own peak and autotune's (either may
   miss a short peak).
-- **Fits**: a judged peak at most ``(1 - headroom) * card_gb``; a trial whose fit was
-  recorded keeps it; with no peak and no record, fit is unknown (``None``), which
+- **Fits**: a judged peak at most ``(1 - headroom) * card_gb``, and a host RAM peak (the trial's
+  process tree) at most ``(1 - headroom) * host_ram_gb`` when a host line is set (``host_fits``);
+  a trial whose fit was recorded keeps it; with no peak and no record, fit is unknown (``None``), which
   is no evidence against it.
 - **May win**: ran ok, has a throughput, does not not-fit, and is not a
   confirmation re-run (those confirm another trial's candidate).
@@ -118,6 +119,7 @@ def measured_attrs(
     peak_host_rss_gb: float | None = None,
     oom: OomDetails | None = None,
     trainer_card_is_the_trials: bool = True,
+    host_ram_gb: float | None = None,
 ) -> dict[str, Any]:
     """The attrs a finished trial is stored with: how it ended, what it measured, whether it fits.
 
@@ -148,7 +150,11 @@ def measured_attrs(
     if peak is not None:
         attrs.update(TrialRecord.attrs_of(headroom_gb=round(card_gb - peak, 4)))
     if TrialRecord(-1, attrs=attrs).is_ok:
-        attrs.update(TrialRecord.attrs_of(fits=fits(peak, card_gb, headroom)))
+        device_fits = fits(peak, card_gb, headroom)
+        host_fits = fits(peak_host_rss_gb, host_ram_gb, headroom) if host_ram_gb is not None else None
+        attrs.update(TrialRecord.attrs_of(fits=False if host_fits is False else device_fits))
+        if host_fits is not None:
+            attrs.update(TrialRecord.attrs_of(host_fits=host_fits))
     if outcome == Outcome.OOM and oom is not None:
         details = TrialRecord.attrs_of(
             oom_tried_gb=oom.tried_gb, oom_free_gb=oom.free_gb, oom_total_gb=oom.total_gb

@@ -109,6 +109,11 @@ class ResourceMonitor:
             busy=self._load.verdict(),
         )
 
+    @property
+    def peak_host_rss_gb(self) -> float:
+        """The trial tree's host RSS peak so far (the runner ends a trial past its host RAM line)."""
+        return self._peak_rss / GIB
+
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._sample()

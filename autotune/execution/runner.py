@@ -65,6 +65,9 @@ class RunLimits:
     stall_timeout_s: float | None
     grace_s: float = 10.0
     oom_grace_s: float = 5.0
+    #: End the trial when its process tree's RSS passes this (GB): a block-swapping trainer that
+    #: outgrows host RAM must not bring the kernel's OOM killer down on the orchestrator too.
+    host_ram_limit_gb: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("wall_timeout_s", "stall_timeout_s"):
@@ -97,7 +100,9 @@ class RunResult:
     peak_host_rss_gb: float
     timeline_path: Path | None
     pid: int
-    end_reason: str | None = None  # why autotune ended it ("wall timeout", "stall", "oom", "stop"), else None
+    end_reason: str | None = (
+        None  # why autotune ended it ("wall timeout", "stall", "oom", "host ram", "stop")
+    )
     vram_source: str | None = None  # "process" or "device" (see autotune.execution.monitor)
     processes_seen: int = 1
     survivors: tuple[int, ...] = ()  # pids that outlived SIGKILL (uninterruptible sleep); normally empty
@@ -416,6 +421,12 @@ class _Trial:
             self.end_reason = "stall"
         elif self.output.oom_at is not None and now - self.output.oom_at >= self.limits.oom_grace_s:
             self.end_reason = "oom"
+            grace = min(grace, OOM_KILL_GRACE_S)
+        elif (
+            self.limits.host_ram_limit_gb is not None
+            and self.monitor.peak_host_rss_gb > self.limits.host_ram_limit_gb
+        ):
+            self.end_reason = "host ram"
             grace = min(grace, OOM_KILL_GRACE_S)
         if self.end_reason is not None:
             self.term_at, self.kill_at = None, now + grace

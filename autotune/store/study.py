@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from autotune.core import verdict
 from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
-from autotune.core.space import to_study_value
+from autotune.core.space import Knob, to_study_value
 from autotune.errors import StorageError, StudyMismatchError, UsageError
 from autotune.store import optuna_private as op
 from autotune.store import recovery
@@ -69,6 +69,8 @@ class KnobDef:
     values: tuple[Any, ...] = ()
     extra_savers: tuple[Any, ...] = ()
     is_int: bool = False
+    #: ``int`` (batch size), ``choice``, ``count`` or ``fraction`` (``autotune.core.space.KINDS``).
+    kind: str = "choice"
 
 
 def knob_defs(data: Mapping[str, Any]) -> list[KnobDef]:
@@ -81,9 +83,18 @@ def knob_defs(data: Mapping[str, Any]) -> list[KnobDef]:
                 values=tuple(item.get("values") or ()),
                 extra_savers=tuple(item.get("extra_savers") or ()),
                 is_int=item.get("type") == "int",
+                kind="int" if item.get("type") == "int" else "choice",
             )
         )
     return out
+
+
+def knob_def_of(knob: Knob, listed: KnobDef) -> KnobDef:
+    """A count or fraction knob as the space spells it (every value, saving first); any other as
+    its file lists it (so a study stored before these kinds resumes with the same settings)."""
+    if knob.kind in ("count", "fraction"):
+        return KnobDef(name=knob.name, values=knob.values, kind=knob.kind)
+    return listed
 
 
 def distributions(knobs: Sequence[KnobDef], max_batch_size: int) -> dict[str, BaseDistribution]:

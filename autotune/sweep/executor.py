@@ -135,6 +135,7 @@ class TrialExecutor:
         limits = RunLimits(
             wall_timeout_s=opts.trial_timeout_s or DEFAULT_TRIAL_TIMEOUT_S,
             stall_timeout_s=opts.stall_timeout_s or DEFAULT_STALL_TIMEOUT_S,
+            host_ram_limit_gb=plan.host_ram_gb,
         )
         before = self._gpu_used()
         result, error = self._run_watched(spec, trial_dir, limits, trial)
@@ -162,6 +163,7 @@ class TrialExecutor:
                 # index it sees, 0 under a pinned CUDA_VISIBLE_DEVICES): the trial's card only
                 # when that is where it runs, or when no NVML says otherwise.
                 trainer_card_is_the_trials=not self.card.indices or self.card.indices[0] == 0,
+                host_ram_gb=plan.host_ram_gb,
             )
         )
         attrs_end.update(TrialRecord.attrs_of(wall_s=round(result.wall_s, 3)))

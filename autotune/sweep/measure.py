@@ -32,6 +32,7 @@ def measure(
     card_gb: float,
     headroom: float,
     trainer_card_is_the_trials: bool = True,
+    host_ram_gb: float | None = None,
 ) -> dict[str, Any]:
     """Metrics, outcome and the user attrs they become; also writes ``metrics.json``.
 
@@ -53,6 +54,7 @@ def measure(
         interrupted=result.interrupted,
         output=result.output_tail,
         metrics=metrics,
+        host_over_gb=host_ram_gb if result.end_reason == "host ram" else None,
     )
     outcome = Outcome(why.outcome)
     attrs = measured_attrs(
@@ -65,6 +67,7 @@ def measure(
         peak_host_rss_gb=result.peak_host_rss_gb,
         oom=oc.parse_oom(output) if outcome == Outcome.OOM else None,
         trainer_card_is_the_trials=trainer_card_is_the_trials,
+        host_ram_gb=host_ram_gb,
     )
     if result.busy:
         attrs.update(TrialRecord.attrs_of(busy_host=one_line(result.busy)))

@@ -62,6 +62,8 @@ class SweepOptions:
     trial_timeout_s: float | None = None
     stall_timeout_s: float | None = None
     headroom: float = DEFAULT_HEADROOM
+    #: ``--host-ram-gb``: the host RAM a trial may use (its process tree's RSS); ``None``: this machine's.
+    host_ram_gb: float | None = None
     max_batch_size: int | None = None
     #: ``--batch-sizes``: only these batch sizes (a ladder); None: every integer up to the maximum.
     batch_sizes: tuple[int, ...] | None = None

@@ -89,7 +89,9 @@ class SweepPlan:
     workdir: Path
     #: Knobs of the trainer's knob file the command never receives (``knobs_in_play``): not swept.
     knobs_left_out: tuple[str, ...] = ()
-    nvml_error: str | None = None  # why there is no NVML (the driver's own words), for the fit check
+    nvml_error: str | None = None
+    #: The host RAM line (GB): ``--host-ram-gb``, else this machine's RAM (``machine_ram_gb``).
+    host_ram_gb: float | None = None  # why there is no NVML (the driver's own words), for the fit check
 
     @property
     def study_dir(self) -> Path:
@@ -162,9 +164,10 @@ def plan_sweep(
         max_batch_size=max_bs,
         allow_extra_savers=opts.allow_extra_savers,
         batch_ladder=opts.batch_sizes,
+        limits=adapter.knob_limits(baseline),
     )
     space = space_in_play(full, adapter, baseline, declared)
-    knobs = [k for k in st.knob_defs(knob_data) if k.name in space.names]
+    knobs = [st.knob_def_of(space.knob(k.name), k) for k in st.knob_defs(knob_data) if k.name in space.names]
     knobs += [st.KnobDef(name=k.name, values=k.values) for k in declared]
     dists = st.distributions(knobs, max_bs)
     base_params = {name: base_params[name] for name in space.names}
@@ -182,7 +185,7 @@ def plan_sweep(
                 "name": k.name,
                 "values": [st.to_study_value(v) for v in k.values],
                 "extra_savers": [st.to_study_value(v) for v in k.extra_savers],
-                "type": "int" if k.is_int else "choice",
+                "type": k.kind,
             }
             for k in knobs
         ],
@@ -203,6 +206,10 @@ def plan_sweep(
         settings["hook"] = False
     if card.emulation:  # informational: the report says how the card was emulated
         settings["emulation"] = card.emulation
+    if (
+        opts.host_ram_gb is not None
+    ):  # only when given: the default is the machine's, which a resume may change
+        settings["host_ram_gb"] = opts.host_ram_gb
     if opts.batch_sizes is not None:  # only when given: studies from before the flag resume unchanged
         settings["batch_sizes"] = ",".join(map(str, space.batch_values()))
     launch_folder = adapter.launch_folder()  # where a template trainer's trials run
@@ -229,7 +236,18 @@ def plan_sweep(
         workdir=workdir,
         knobs_left_out=tuple(n for n in full.names if n not in space.names),
         nvml_error=nvml_error,
+        host_ram_gb=opts.host_ram_gb or machine_ram_gb(),
     )
+
+
+def machine_ram_gb() -> float | None:
+    """This machine's RAM in GB (the default host line); ``None`` when it cannot be read."""
+    import psutil
+
+    try:
+        return float(psutil.virtual_memory().total) / 2**30
+    except (OSError, RuntimeError):
+        return None
 
 
 def declared_knobs(opts: SweepOptions) -> list[DeclaredKnob]:

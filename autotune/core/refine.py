@@ -1,0 +1,54 @@
+"""Refining a count or fraction knob near the best: bisection between the values already tried.
+
+Why: an offload knob (blocks swapped, a percent offloaded) has many values (0..39, 0.00..1.00),
+and speed is not monotone in it (more swap can be leaner and faster: SeedVR2#153 found 36 swapped
+blocks faster than 32), so no rule picks the value; trying all of them is too dear. The search runs
+the knob's coarse grid first; once no coarse candidate can still win, this module opens, for each
+refinable knob, the value halfway between the best's value and the nearest value tried on each side
+(with every other knob as the best has it), and again around whichever wins, until the neighbours
+are adjacent on the knob's finest grid. A side whose halfway family has nothing left to run (all of
+it ruled out) counts as tried, so bisection goes on past it.
+
+Pure: the strategy (``autotune.core.strategy``) asks it with what the history says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from autotune.core.grid import Grid
+from autotune.core.knowledge import Knowledge
+from autotune.core.space import Candidate
+
+
+def opened(
+    grid: Grid, k: Knowledge, best: Candidate | None, runnable: Collection[Candidate]
+) -> set[Candidate]:
+    """The off-grid candidates the search may run now: the families halfway between the best's value
+    of each refinable knob and its nearest tried neighbours (``runnable``: what is left to run)."""
+    if best is None or not grid.refinable:
+        return set()
+    touched = {grid.family(c) for c in (*k.seen, *k.running)}
+    alive = {grid.family(c) for c in runnable}
+    family = grid.family(best)
+    out: set[Candidate] = set()
+    for knob in grid.refinable:
+        values = knob.values
+        here = values.index(best.params[knob.name])
+        coarse = set(knob.coarse)
+        siblings = [family.replace(**{knob.name: v}) for v in values]
+        tried = {j for j, v in enumerate(values) if v in coarse or siblings[j] in touched}
+        for side in (-1, 1):
+            while True:
+                beyond = [j for j in tried if (j - here) * side > 0]
+                if not beyond:
+                    break
+                edge = min(beyond, key=lambda j: abs(j - here))
+                if abs(edge - here) <= 1:
+                    break
+                middle = (here + edge) // 2 if side > 0 else (here + edge + 1) // 2
+                if siblings[middle] in alive:
+                    out.update(c for c in runnable if grid.family(c) == siblings[middle])
+                    break
+                tried.add(middle)  # nothing left to run there: bisect past it
+    return out
