@@ -31,7 +31,9 @@ def opened(
     touched = {grid.family(c) for c in (*k.seen, *k.running)}
     alive = {grid.family(c) for c in runnable}
     family = grid.family(best)
-    out: set[Candidate] = set()
+    # An opened family stays open: it is measured at a cheap batch first, and a larger batch of it
+    # may still win after the bisection has moved past it (its speed bound decides, as for any other).
+    out: set[Candidate] = {c for c in runnable if grid.family(c) in touched}
     for knob in grid.refinable:
         values = knob.values
         here = values.index(best.params[knob.name])
