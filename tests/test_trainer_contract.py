@@ -86,7 +86,8 @@ LTX2_OUTPUT = (
 MUSUBI_PARAMS = {
     "blocks_to_swap": 24,
     "precision": "bf16",
-    "gradient_checkpointing": "cpu_offload",
+    "gradient_checkpointing": True,
+    "gradient_checkpointing_cpu_offload": 1,
     "optimizer": "adamw",
     "split_attn": True,
     "batch_size": 2,
@@ -191,7 +192,8 @@ def test_every_knob_value_renders(case: Case, tmp_path: Path) -> None:
     adapter, baseline = case.make(tmp_path)
     before = adapter.baseline_params(baseline)
     for knob in _knobs(adapter):
-        values = [1, 2, 4] if knob.get("type") == "int" else [*knob.get("extra_savers", []), *knob["values"]]
+        listed = knob.get("values") or knob.get("grid") or ([knob["max"], 0] if "max" in knob else [1.0, 0.0])
+        values = [1, 2, 4] if knob.get("type") == "int" else [*knob.get("extra_savers", []), *listed]
         for value in values:
             trial_dir = tmp_path / "trials" / f"{knob['name']}-{value}"
             spec = adapter.render(

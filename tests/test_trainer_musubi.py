@@ -142,6 +142,7 @@ def test_the_docs_command_is_the_baseline(tmp_path: Path) -> None:
         "blocks_to_swap": 0,
         "precision": "fp8",
         "gradient_checkpointing": True,
+        "gradient_checkpointing_cpu_offload": 0,
         "optimizer": "adamw8bit",
         "split_attn": False,
         "batch_size": 1,
@@ -204,7 +205,8 @@ def test_a_trial_is_the_short_run_recipe_on_the_largest_bucket(tmp_path: Path) -
     params = {
         "blocks_to_swap": 36,
         "precision": "bf16",
-        "gradient_checkpointing": "cpu_offload",
+        "gradient_checkpointing": True,
+        "gradient_checkpointing_cpu_offload": 1,
         "batch_size": 2,
     }
     spec = adapter.render(baseline, params, gradient_accumulation_steps=2, steps=7, trial_dir=trial)
@@ -249,6 +251,7 @@ def test_a_trial_is_the_short_run_recipe_on_the_largest_bucket(tmp_path: Path) -
         ({"blocks_to_swap": 40}, "swaps at most 39"),
         ({"precision": "fp4"}, "precision"),
         ({"gradient_checkpointing": "sometimes"}, "gradient_checkpointing"),
+        ({"gradient_checkpointing_cpu_offload": 2}, "gradient_checkpointing_cpu_offload"),
         ({"optimizer": "lion"}, "optimizer"),
     ],
 )
@@ -257,6 +260,21 @@ def test_candidates_it_cannot_run(tmp_path: Path, params: dict[str, Any], match:
     baseline = adapter.load_baseline(make_setup(tmp_path))
     with pytest.raises((CandidateRefused, ConfigError), match=match):
         adapter.render(baseline, params, gradient_accumulation_steps=1, steps=3, trial_dir=tmp_path / "t")
+
+
+def test_activation_offload_needs_checkpointing(tmp_path: Path) -> None:
+    """trainer_base.py:1608-1609: without --gradient_checkpointing the offload flag does nothing, so
+    it is left out and the candidate is the same command as offload 0 (the sweep runs it once)."""
+    adapter = _adapter()
+    baseline = adapter.load_baseline(make_setup(tmp_path))
+    argv = [
+        list(adapter.render(baseline, {"gradient_checkpointing": False, "gradient_checkpointing_cpu_offload": n},
+                            gradient_accumulation_steps=1, steps=3, trial_dir=tmp_path / f"t{n}").argv)
+        for n in (0, 1)
+    ]  # fmt: skip
+    t0, t1 = str((tmp_path / "t0").resolve()), str((tmp_path / "t1").resolve())
+    assert [a.replace(t1, t0) for a in argv[1]] == argv[0]
+    assert "--gradient_checkpointing_cpu_offload" not in argv[1] and "--gradient_checkpointing" not in argv[1]
 
 
 def test_no_caches_is_a_config_error_naming_the_cache_scripts(tmp_path: Path) -> None:
@@ -297,7 +315,8 @@ def test_the_winning_script_writes_its_dataset_toml_and_reads_back(tmp_path: Pat
     params = {
         "blocks_to_swap": 36,
         "precision": "fp8_scaled",
-        "gradient_checkpointing": "cpu_offload",
+        "gradient_checkpointing": True,
+        "gradient_checkpointing_cpu_offload": 1,
         "batch_size": 4,
     }
     text = adapter.final_config(baseline, params, gradient_accumulation_steps=1)
@@ -429,7 +448,8 @@ def test_a_fake_trial_reads_the_same_from_the_bar_and_from_the_hook(tmp_path: Pa
     params = {
         "blocks_to_swap": 36,
         "precision": "fp8",
-        "gradient_checkpointing": "cpu_offload",
+        "gradient_checkpointing": True,
+        "gradient_checkpointing_cpu_offload": 1,
         "batch_size": 3,
     }
     expected = fake.step_time_s(

@@ -17,9 +17,11 @@ t2v-1.3B --dit ... --dataset_config x.toml ...``), a shell script read without a
   and embeddings stay bf16, model.py:536-541, so a little larger than ``fp8``; it requires
   ``--fp8_base``, trainer_base.py:1398; HunyuanVideo has no ``--fp8_scaled``, parser_common.py:384-387);
   ``bf16`` = neither.
-- ``gradient_checkpointing``: ``cpu_offload`` = ``--gradient_checkpointing
-  --gradient_checkpointing_cpu_offload`` (activations to host RAM; it needs
-  ``--gradient_checkpointing``, trainer_base.py:1608-1609, docs/hunyuan_video.md:242), ``true``, ``false``.
+- ``gradient_checkpointing``: ``--gradient_checkpointing``; ``gradient_checkpointing_cpu_offload``
+  (a count, 1 or 0, so that its host-RAM order is the offload one: 1 saves device memory and costs
+  host RAM): ``--gradient_checkpointing_cpu_offload``, the activations offloaded to host RAM. It acts
+  only with ``--gradient_checkpointing`` (trainer_base.py:1608-1609, docs/hunyuan_video.md:242), so
+  without it the flag is left out (the same command as 0: the sweep runs it once).
 - ``optimizer``: ``--optimizer_type adamw8bit``/``adamw`` (read case-insensitively,
   trainer_base.py:166,186,226; absent means AdamW, parser_common.py:303-307).
 - ``split_attn``: ``--split_attn`` (attention one sample at a time, parser_common.py:77-82).
@@ -86,9 +88,16 @@ from autotune.trainers.sana import (
     set_value_flag,
 )
 
-KNOBS = ("blocks_to_swap", "precision", "gradient_checkpointing", "optimizer", "split_attn", "batch_size")
+KNOBS = (
+    "blocks_to_swap",
+    "precision",
+    "gradient_checkpointing",
+    "gradient_checkpointing_cpu_offload",
+    "optimizer",
+    "split_attn",
+    "batch_size",
+)
 PRECISIONS = ("fp8", "fp8_scaled", "bf16")
-CHECKPOINTING: tuple[Any, ...] = ("cpu_offload", True, False)
 OPTIMIZERS = ("adamw8bit", "adamw")
 #: Training script -> (architecture of its latent caches, dataset/architectures.py:2,4).
 SCRIPTS = {"wan_train_network.py": "wan", "hv_train_network.py": "hv"}
@@ -232,13 +241,13 @@ class MusubiAdapter(TrainerAdapter):
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
         args = baseline.data["args"]
         optimizer = (flag_value(args, OPTIMIZER_FLAG) or "adamw").lower()
-        gc: Any = has_flag(args, "--gradient_checkpointing")
-        if gc and has_flag(args, "--gradient_checkpointing_cpu_offload"):
-            gc = "cpu_offload"
+        gc = has_flag(args, "--gradient_checkpointing")
+        offload = int(gc and has_flag(args, "--gradient_checkpointing_cpu_offload"))
         return {
             "blocks_to_swap": self._swap_of(baseline),
             "precision": _precision(args),
             "gradient_checkpointing": gc,
+            "gradient_checkpointing_cpu_offload": offload,
             "optimizer": optimizer if optimizer in OPTIMIZERS else "adamw",
             "split_attn": has_flag(args, "--split_attn"),
             "batch_size": self._batch_of(baseline),
@@ -292,11 +301,13 @@ class MusubiAdapter(TrainerAdapter):
             )
         args = set_bool_flag(args, "--fp8_base", precision in ("fp8", "fp8_scaled"))
         args = set_bool_flag(args, "--fp8_scaled", precision == "fp8_scaled")
-        gc = merged["gradient_checkpointing"]
-        if gc not in CHECKPOINTING or (isinstance(gc, int) and not isinstance(gc, bool)):
-            raise ConfigError(f"gradient_checkpointing must be cpu_offload, true or false; got {gc!r}")
-        args = set_bool_flag(args, "--gradient_checkpointing", gc in ("cpu_offload", True))
-        args = set_bool_flag(args, "--gradient_checkpointing_cpu_offload", gc == "cpu_offload")
+        gc, offload = merged["gradient_checkpointing"], merged["gradient_checkpointing_cpu_offload"]
+        if not isinstance(gc, bool):
+            raise ConfigError(f"gradient_checkpointing must be true or false; got {gc!r}")
+        if offload not in (0, 1) or isinstance(offload, bool):
+            raise ConfigError(f"gradient_checkpointing_cpu_offload must be 1 (on) or 0 (off); got {offload!r}")
+        args = set_bool_flag(args, "--gradient_checkpointing", gc)
+        args = set_bool_flag(args, "--gradient_checkpointing_cpu_offload", gc and offload == 1)
         optimizer = merged["optimizer"]
         if optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")

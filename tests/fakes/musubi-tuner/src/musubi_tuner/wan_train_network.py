@@ -31,7 +31,7 @@ import re
 import sys
 from pathlib import Path
 
-import tomllib
+import tomlkit  # the real trainer reads it with the toml package (config_utils.py:20); 3.10 has no tomllib
 
 # --- the model ----------------------------------------------------------------------------------
 
@@ -115,7 +115,7 @@ def swap_exposure(swap: int, blocks: int) -> float:
     near 90% of the blocks, where a larger swap is also faster (SeedVR2#153 measured 36 swapped
     blocks faster than 32; the real offloader switches to a wrap-around schedule above half of the
     blocks, modules/custom_offloading_utils.py:539-555)."""
-    return swap * (1.0 - 0.5 * math.exp(-(((swap - 0.9 * blocks) / 2.5) ** 2)))
+    return swap * (1.0 - 0.5 * math.exp(-(((swap - 0.9 * blocks) / 1.5) ** 2)))
 
 
 def step_time_s(c: dict) -> float:
@@ -385,8 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         raise AssertionError(
             f"Cannot swap more than {blocks - 1} blocks. Requested {args.blocks_to_swap} blocks to swap."
         )
-    with open(args.dataset_config, "rb") as fh:
-        config = tomllib.load(fh)
+    config = tomlkit.parse(Path(args.dataset_config).read_text(encoding="utf-8")).unwrap()
     try:
         check_schema(config)
     except Invalid:
