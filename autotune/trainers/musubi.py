@@ -305,7 +305,9 @@ class MusubiAdapter(TrainerAdapter):
         if not isinstance(gc, bool):
             raise ConfigError(f"gradient_checkpointing must be true or false; got {gc!r}")
         if offload not in (0, 1) or isinstance(offload, bool):
-            raise ConfigError(f"gradient_checkpointing_cpu_offload must be 1 (on) or 0 (off); got {offload!r}")
+            raise ConfigError(
+                f"gradient_checkpointing_cpu_offload must be 1 (on) or 0 (off); got {offload!r}"
+            )
         args = set_bool_flag(args, "--gradient_checkpointing", gc)
         args = set_bool_flag(args, "--gradient_checkpointing_cpu_offload", gc and offload == 1)
         optimizer = merged["optimizer"]
