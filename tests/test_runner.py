@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from autotune.core.metrics import TrialMetrics
-from autotune.core.outcome import Outcome, classify, parse_oom
+from autotune.core.outcome import Outcome, OutcomeReason, classify, explain, parse_oom
 from autotune.errors import LaunchError
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.proctree import is_alive
@@ -62,6 +62,19 @@ def outcome_of(result: RunResult) -> Outcome:
         interrupted=result.interrupted,
         output=result.output_tail,
         metrics=read_metrics(result),
+    )
+
+
+def explain_of(result: RunResult, host_over_gb: float | None) -> OutcomeReason:
+    return explain(
+        result.returncode,
+        result.signal,
+        timed_out=result.timed_out,
+        stalled=result.stalled,
+        interrupted=result.interrupted,
+        output=result.output_tail,
+        metrics=read_metrics(result),
+        host_over_gb=host_over_gb if result.end_reason == "host ram" else None,
     )
 
 
@@ -118,6 +131,16 @@ def test_wall_timeout_ends_a_hang_and_says_so(tmp_path: Path) -> None:
     assert result.signal is not None
     assert outcome_of(result) is Outcome.TIMEOUT
     assert result.wall_s < 1.0 + 1.0 + 1.0
+
+
+def test_a_trial_past_the_host_ram_line_is_ended_as_a_host_oom(tmp_path: Path) -> None:
+    limits = RunLimits(wall_timeout_s=30, stall_timeout_s=None, grace_s=1.0, host_ram_limit_gb=0.2)
+    result = run(tmp_path, "host-hog", "--mb", "400", limits=limits)
+    assert result.end_reason == "host ram"
+    assert result.peak_host_rss_gb > 0.2
+    assert result.wall_s < 30  # ended for its RSS, not by the wall clock
+    why = explain_of(result, host_over_gb=0.2)
+    assert why.outcome is Outcome.HOST_OOM and "host line" in why.reason
 
 
 def test_stall_timeout_ends_a_silent_trial(tmp_path: Path) -> None:

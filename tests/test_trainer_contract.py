@@ -68,6 +68,13 @@ COMMAND_KEYS = {
     "steps": "train.max_steps",
 }
 LTX2_PARAMS = {"quantization": "none", "optimizer": "adamw", "batch_size": 2, "gradient_checkpointing": False}
+DPIPE_PARAMS = {
+    "blocks_to_swap": 24,
+    "transformer_dtype": "bfloat16",
+    "activation_checkpointing": True,
+    "optimizer": "adamw_optimi",
+    "batch_size": 2,
+}
 SANA_PARAMS = {
     "offload": False,
     "cache_latents": True,
@@ -96,6 +103,9 @@ MUSUBI_OUTPUT = "".join(  # trainer_base.py:1920,2116-2118 @ 30c658c (musubi-tun
     f"steps: {n * 10:3d}%|█         | {n}/10 [00:{2 * n:02d}<00:10,  2.00s/it, avr_loss=0.123]\r"
     for n in (1, 2, 3, 4)
 )
+DPIPE_OUTPUT = "".join(  # deepspeed/runtime/pipe/engine.py:396-406 @ 38327e0
+    f"steps: {n} loss: 0.1234 iter time (s): 2.500 samples/sec: 0.800\n" for n in range(1, 8)
+)
 SANA_OUTPUT = "Steps:  40%|████      | 4/10 [00:02<00:03,  1.95it/s, loss=0.123, lr=0.0001]\r" * 3
 
 
@@ -107,6 +117,7 @@ class Case:
     output: str
     yaml_config: bool = True
     options: dict[str, Any] = field(default_factory=dict)
+    trial_config: str = "config.yaml"
 
 
 def _ltx2(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
@@ -150,12 +161,20 @@ def _command(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
     return adapter, adapter.load_baseline(tmp / "mine.yaml")
 
 
+def _dpipe(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
+    from tests.test_trainer_dpipe import write_dpipe_setup
+
+    adapter = get_adapter("diffusion-pipe", trainer_dir=FAKES / "diffusion-pipe", launcher=[sys.executable])
+    return adapter, adapter.load_baseline(write_dpipe_setup(tmp))
+
+
 CASES = [
     Case("ltx2", _ltx2, LTX2_PARAMS, LTX2_OUTPUT),
     Case("reference", _reference, LTX2_PARAMS, LTX2_OUTPUT),
     Case("sana", _sana, SANA_PARAMS, SANA_OUTPUT, yaml_config=False),
     Case("command", _command, LTX2_PARAMS, LTX2_OUTPUT),
     Case("musubi", _musubi, MUSUBI_PARAMS, MUSUBI_OUTPUT, yaml_config=False),
+    Case("diffusion-pipe", _dpipe, DPIPE_PARAMS, DPIPE_OUTPUT, trial_config="config.toml"),
 ]
 
 
@@ -192,8 +211,11 @@ def test_every_knob_value_renders(case: Case, tmp_path: Path) -> None:
     adapter, baseline = case.make(tmp_path)
     before = adapter.baseline_params(baseline)
     for knob in _knobs(adapter):
-        listed = knob.get("values") or knob.get("grid") or ([knob["max"], 0] if "max" in knob else [1.0, 0.0])
-        values = [1, 2, 4] if knob.get("type") == "int" else [*knob.get("extra_savers", []), *listed]
+        values = (
+            [1, 2, 4]
+            if knob.get("type") == "int"
+            else knob.get("grid") or [*knob.get("extra_savers", []), *knob["values"]]
+        )
         for value in values:
             trial_dir = tmp_path / "trials" / f"{knob['name']}-{value}"
             spec = adapter.render(
@@ -204,7 +226,7 @@ def test_every_knob_value_renders(case: Case, tmp_path: Path) -> None:
                 trial_dir=trial_dir,
             )
             assert spec.argv
-            rendered = adapter.baseline_params(adapter.load_baseline(trial_dir / "config.yaml"))
+            rendered = adapter.baseline_params(adapter.load_baseline(trial_dir / case.trial_config))
             assert rendered == {**before, knob["name"]: value, "gradient_accumulation_steps": 3}
 
 
@@ -216,7 +238,7 @@ def test_render_writes_only_under_trial_dir(case: Case, tmp_path: Path) -> None:
     after = _tree(tmp_path)
     outside = {k: v for k, v in after.items() if not k.startswith("runs/trial-0007/")}
     assert outside == before
-    assert (trial_dir / "config.yaml").is_file()
+    assert (trial_dir / case.trial_config).is_file()
     assert not (trial_dir / "output").exists()  # the trainer makes its output dir, not render
     assert spec.env[METRICS_ENV] == str(trial_dir.resolve() / "trainer-metrics.json")
     assert all(isinstance(a, str) for a in spec.argv)
@@ -278,10 +300,10 @@ def test_unknown_adapter_name_lists_the_known_ones() -> None:
         get_adapter("ltx3")
     for name in ("ltx2", "sana", "command", "reference"):
         assert name in str(err.value)
-    assert adapter_names() == ["command", "ltx2", "musubi", "reference", "sana"]
+    assert adapter_names() == ["command", "diffusion-pipe", "ltx2", "musubi", "reference", "sana"]
 
 
-@pytest.mark.parametrize("name", ["ltx2", "sana", "reference", "command", "musubi"])
+@pytest.mark.parametrize("name", ["ltx2", "sana", "reference", "command", "diffusion-pipe", "musubi"])
 def test_unknown_option_is_a_usage_error(name: str) -> None:
     from autotune.errors import UsageError
 
@@ -357,10 +379,12 @@ def test_hooks_say_what_the_branches_said() -> None:
     assert having("takes_template") == ["command"]
     assert having("plan_baselines") == ["ltx2", "reference"]
     assert having("bundled_baselines") == having("config_sections") == ["reference"]
-    assert having("loads_model_paths") == having("needs_tier_gate") == having("report_notes") == ["ltx2"]
+    assert having("loads_model_paths") == having("needs_tier_gate") == ["ltx2"]
+    assert having("report_notes") == ["diffusion-pipe", "ltx2"]
     assert having("single_device") == having("emulates_vram") == ["reference"]
     assert {n: adapter_class(n).config_suffix for n in adapter_names()} == {
         "command": ".yaml",
+        "diffusion-pipe": ".toml",
         "ltx2": ".yaml",
         "musubi": ".sh",
         "reference": ".yaml",

@@ -207,7 +207,9 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "keys); --knob declares one of your trainer's own (repeatable): NAME=v1,v2,... lists its values from "
         "memory-saving to memory-hungry (yes/no/true/false are booleans, whole numbers ints); "
         "NAME=int:LO..HI is every integer from LO to HI, a larger one needing more memory (int:HI..LO when "
-        "a larger one needs less, like blocks swapped to the CPU). Use it as {NAME} in --cmd, or as key "
+        "a larger one needs less); NAME=count:MAX is a count offloaded to host RAM (blocks swapped, "
+        "MAX..0) and NAME=fraction[:STEP] a share offloaded (1.0..0.0): their coarse grid runs first, is "
+        "refined near the best, and more of either costs host RAM (--host-ram-gb). Use it as {NAME} in --cmd, or as key "
         "NAME (dotted for nested) in --config, which also gives the baseline's value (else the first)",
     )
     p.add_argument(

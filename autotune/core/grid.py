@@ -21,7 +21,8 @@ class Grid:
             grid.insert(0, baseline)
         self.candidates = grid
         self.pos = {c: space.positions(c) for c in grid}
-        offload = any(k.offload for k in space.knobs)
+        self._offload_knobs = [k for k in space.knobs if k.offload]
+        offload = bool(self._offload_knobs)
         #: Host-RAM order coordinates (``Space.host_positions``); only when a knob offloads.
         self.hpos = {c: space.host_positions(c) for c in grid} if offload else {}
         refinable = [k for k in space.knobs if k.refinable]
@@ -62,6 +63,12 @@ class Grid:
 
     def positions(self, c: Candidate) -> tuple[float, ...]:
         return self.pos.get(c) or self.space.positions(c)
+
+    def offloads(self, family: Candidate) -> bool:
+        """Whether ``family`` offloads anything (an offload knob above 0): its step has a fixed
+        transfer cost per micro-batch, so speed ratios to other families drift with the batch."""
+        p = family.params
+        return any(p.get(k.name, 0) != 0 for k in self._offload_knobs)
 
     def host_positions(self, c: Candidate) -> tuple[float, ...]:
         return self.hpos.get(c) or self.space.host_positions(c)

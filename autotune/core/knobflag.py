@@ -7,7 +7,12 @@ memory-HUNGRY, which is the order the space's dominance reasoning relies on:
 - ``NAME=v1,v2,...``: the values in that order; ``yes``/``no``/``true``/``false`` are booleans,
   whole numbers are ints, anything else a string.
 - ``NAME=int:A..B``: every integer from A to B in the order written: ``int:1..4`` when a larger
-  number needs more memory, ``int:8..0`` when it needs less (blocks swapped to the CPU).
+  number needs more memory, ``int:8..0`` when it needs less.
+- ``NAME=count:MAX``: a count of parts offloaded to host RAM (blocks swapped), MAX..0; its coarse
+  grid is tried first and refined near the best, and more of it costs host RAM
+  (``autotune.core.space``'s ``type: count``).
+- ``NAME=fraction`` or ``NAME=fraction:STEP``: a share offloaded, 1.0..0.0 in steps of STEP
+  (default 0.05), likewise (``type: fraction``).
 
 Pure: the caller (the sweep's setup) passes the names it reserves (the template's own
 placeholders and the trainer's built-in knobs) and turns the result into knobs of the space.
@@ -19,8 +24,8 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from autotune.core.space import ParamValue
-from autotune.errors import UsageError
+from autotune.core.space import Knob, ParamValue, Space
+from autotune.errors import ConfigError, UsageError
 
 FLAG = "--knob"
 #: More values than this is a typo (``int:0..100000``), not a knob to sweep value by value.
@@ -29,9 +34,12 @@ MAX_VALUES = 256
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _INT = re.compile(r"[+-]?[0-9]+\Z")
 _RANGE = re.compile(r"int:\s*([+-]?[0-9]+)\s*\.\.\s*([+-]?[0-9]+)\s*\Z")
+_COUNT = re.compile(r"count:\s*([0-9]+)\s*\Z")
+_FRACTION = re.compile(r"fraction(?::\s*([0-9]*\.?[0-9]+))?\s*\Z")
 _BOOLS = {"yes": True, "true": True, "no": False, "false": False}
 _SYNTAX = (
-    f"write {FLAG} NAME=v1,v2,... (values from memory-saving to memory-hungry) or {FLAG} NAME=int:LO..HI"
+    f"write {FLAG} NAME=v1,v2,... (values from memory-saving to memory-hungry), {FLAG} NAME=int:LO..HI, "
+    f"{FLAG} NAME=count:MAX (blocks swapped) or {FLAG} NAME=fraction[:STEP] (a share offloaded)"
 )
 
 
@@ -42,10 +50,20 @@ class DeclaredKnob:
     name: str
     values: tuple[ParamValue, ...]
     spec: str
+    #: A count or fraction knob as a knob file would list it; ``None``: a choice knob.
+    entry: dict[str, object] | None = None
 
     def as_knob_entry(self) -> dict[str, object]:
         """The knob as a knob file would list it (a choice knob: its order is the list's)."""
-        return {"name": self.name, "values": list(self.values)}
+        return (
+            dict(self.entry) if self.entry is not None else {"name": self.name, "values": list(self.values)}
+        )
+
+    def knob(self) -> Knob:
+        """The knob of the space it becomes."""
+        if self.entry is None:
+            return Knob(self.name, self.values)
+        return _offload(self.entry, f"{FLAG} {self.spec!r}")
 
 
 def parse_value(text: str) -> ParamValue:
@@ -77,6 +95,9 @@ def parse_knob(spec: str, *, reserved: Collection[str] = ()) -> DeclaredKnob:
         )
     if not rest:
         raise UsageError(f"{where}: no values after '='; {_SYNTAX}")
+    if rest.startswith(("count:", "fraction:")) or rest == "fraction":
+        entry = _offload_entry(name, rest, where)
+        return DeclaredKnob(name=name, values=_offload(entry, where).values, spec=spec, entry=entry)
     if rest.startswith("int:"):
         values = _int_range(rest, where)
     else:
@@ -126,6 +147,30 @@ def _int_range(rest: str, where: str) -> tuple[ParamValue, ...]:
         raise UsageError(f"{where}: {abs(last - first) + 1} values, more than {MAX_VALUES}; narrow the range")
     step = 1 if last >= first else -1
     return tuple(range(first, last + step, step))
+
+
+def _offload_entry(name: str, rest: str, where: str) -> dict[str, object]:
+    if m := _COUNT.match(rest):
+        if int(m.group(1)) < 1:
+            raise UsageError(
+                f"{where}: count:0 leaves nothing to sweep; write the largest count, like count:39"
+            )
+        return {"name": name, "type": "count", "max": int(m.group(1))}
+    if m := _FRACTION.match(rest):
+        return {"name": name, "type": "fraction", **({"step": float(m.group(1))} if m.group(1) else {})}
+    raise UsageError(
+        f"{where}: {rest!r} is neither count:MAX (blocks swapped, like count:39) nor fraction[:STEP] "
+        "(a share offloaded, like fraction or fraction:0.1)"
+    )
+
+
+def _offload(entry: dict[str, object], where: str) -> Knob:
+    try:
+        return Space.from_mapping(
+            {"knobs": [entry]}, source=where, max_batch_size=1, allow_extra_savers=False
+        ).knobs[0]
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _text(value: ParamValue) -> str:

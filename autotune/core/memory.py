@@ -29,22 +29,18 @@ class Verdict:
 # -- dominance ---------------------------------------------------------------------------------
 def dominators(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
     """Candidates proven not to fit that ``c`` needs at least as much memory as, in every knob."""
-    pc = grid.positions(c)
-    out = []
-    for n in k.nofit:
-        pn = grid.positions(n)
-        if all(x >= y for x, y in zip(pc, pn, strict=True)):
-            out.append(n)
-    return out
+    return _below(grid.positions(c), [(n, grid.positions(n)) for n in k.nofit])
 
 
 def host_dominators(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
     """Candidates proven not to fit the host's RAM that ``c`` needs at least as much host RAM as:
     at least their offload and, in every other knob, at or beyond them (``Space.host_positions``)."""
-    if not k.host_nofit:
-        return []
-    pc = grid.host_positions(c)
-    return [n for n in k.host_nofit if all(x >= y for x, y in zip(pc, grid.host_positions(n), strict=True))]
+    return _below(grid.host_positions(c), [(n, grid.host_positions(n)) for n in k.host_nofit])
+
+
+def _below(pc: tuple[float, ...], proofs: Sequence[tuple[Candidate, tuple[float, ...]]]) -> list[Candidate]:
+    """The proofs whose coordinates ``pc`` is at or beyond in every one."""
+    return [n for n, pn in proofs if all(x >= y for x, y in zip(pc, pn, strict=True))]
 
 
 def failed_below(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
@@ -58,10 +54,12 @@ def failed_below(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
 def ruled_out(grid: Grid, k: Knowledge) -> list[Verdict]:
     """Every candidate of the grid not run yet that dominance (or its knobs' failures) rules out."""
     verdicts = []
+    nofit = [(n, grid.positions(n)) for n in k.nofit]  # looked up once, not once per candidate
+    host_nofit = [(n, grid.host_positions(n)) for n in k.host_nofit]
     for c in grid.candidates:
         if c in k.seen or c in k.running:
             continue
-        by = dominators(grid, k, c)
+        by = _below(grid.positions(c), nofit)
         if by:
             kinds = {k.nofit[n][0] for n in by}
             kind = "oom" if "oom" in kinds else "over_headroom"
@@ -72,7 +70,7 @@ def ruled_out(grid: Grid, k: Knowledge) -> list[Verdict]:
             reason = f"needs at least as much memory as {first}, which {what}{more}"
             verdicts.append(Verdict(c, reason, proof, kind))
             continue
-        host = host_dominators(grid, k, c)
+        host = _below(grid.host_positions(c), host_nofit) if host_nofit else []
         if host:
             first = host[0]
             kind, what = k.host_nofit[first]

@@ -6,7 +6,8 @@ blocks faster than 32), so no rule picks the value; trying all of them is too de
 the knob's coarse grid first; once no coarse candidate can still win, this module opens, for each
 refinable knob, the value halfway between the best's value and the nearest value tried on each side
 (with every other knob as the best has it), and again around whichever wins, until the neighbours
-are adjacent on the knob's finest grid. A side whose halfway family has nothing left to run (all of
+are adjacent on the knob's finest grid. A family once opened stays open (its batches are searched
+as any family's are, for as long as one could still win). A side whose halfway family has nothing left to run (all of
 it ruled out) counts as tried, so bisection goes on past it.
 
 Pure: the strategy (``autotune.core.strategy``) asks it with what the history says.
@@ -31,8 +32,7 @@ def opened(
     touched = {grid.family(c) for c in (*k.seen, *k.running)}
     alive = {grid.family(c) for c in runnable}
     family = grid.family(best)
-    # An opened family stays open: it is measured at a cheap batch first, and a larger batch of it
-    # may still win after the bisection has moved past it (its speed bound decides, as for any other).
+    # A family refinement opened stays open: its other batches are searched as any family's are.
     out: set[Candidate] = {c for c in runnable if grid.family(c) in touched}
     for knob in grid.refinable:
         values = knob.values

@@ -436,6 +436,16 @@ class Space:
         p = candidate.params
         return tuple(-x if k.offload else x for k in self.knobs for x in k.coords(p[k.name]))
 
+    def offload_room(self, candidate: Candidate) -> tuple[bool, bool]:
+        """Whether some offload knob of ``candidate`` can offload more (less device memory), and
+        whether one can offload less (less host RAM): what a failed baseline leaves to try."""
+        more = less = False
+        for k in self.knobs:
+            if k.offload:
+                i = k.values.index(candidate.params[k.name])
+                more, less = more or i > 0, less or i < len(k.values) - 1
+        return more, less
+
     def needs_at_least(self, a: Candidate, b: Candidate) -> bool:
         """True when ``a`` is at or beyond ``b`` in every knob, so ``a`` needs >= ``b``'s memory."""
         return all(x >= y for x, y in zip(self.positions(a), self.positions(b), strict=True))

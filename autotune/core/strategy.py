@@ -33,6 +33,13 @@ Definitions the sweep and the report rely on:
   than the best and ``UB(c) >= best * (1 - tie)`` (it could win the near-tie). This
   is what stops raising a family's batch once throughput gains flatten: the
   secant bound then says the next batch can gain less than ``min_gain``.
+- **Host RAM** (block swap and offload move weights there): a candidate that needs at least as
+  much host RAM as a ``host_oom`` or a run over the host line (``Space.host_positions``: at least
+  its offload, and every other knob at or beyond it) is ruled out too; such a run never wins.
+- **Refinement**: a count or fraction knob (blocks swapped, a share offloaded) is searched on its
+  coarse grid first; once nothing there could still win, bisection opens the values between the
+  best's and its nearest tried neighbours (``autotune.core.refine``). Speed is not monotone in
+  offload, so every opened value that could win is measured.
 - **Done** (``next_candidate`` returns None): no candidate that is not ruled out,
   not measured, not running elsewhere and not failed out could still win; or the
   baseline failed for a reason other than memory (the sweep reports it).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotune.core.verdict import fit_limit_gb
 from autotune.report.model import (
     WINNER_UNMEASURED,
     Report,
@@ -66,6 +67,13 @@ def summary(r: Report) -> list[tuple[str, str]]:
     if extras:
         trainer += f" ({', '.join(extras)})"
     items.append(("Trainer", trainer))
+    if r.host_ram_gb is not None and (r.offload_knobs or any(t.get("host_fits") is False for t in r.trials)):
+        whose = "--host-ram-gb" if r.host_ram_given else "this machine's RAM; set it with --host-ram-gb"
+        line = fit_limit_gb(r.host_ram_gb, r.headroom or 0.0)
+        text = f"fits at <= {_gb(line)} GiB of the trial's processes' RSS ({_gb(r.host_ram_gb)} GiB: {whose})"
+        if r.best is not None and r.best.get("peak_host_rss_gb") is not None:
+            text += f"; the winner peaked at {_gb(r.best.get('peak_host_rss_gb'))} GiB"
+        items.append(("Host RAM", text))
     if r.baseline is None:
         items.append(("Baseline", "not run yet"))
     elif r.baseline.outcome == "ok":
@@ -108,8 +116,18 @@ def reason(r: Report, row: TrialRow) -> str:
     if row.reason and row.reason not in parts:
         parts.append(row.reason)
     if row.outcome == "ok" and row_fits(row, r.limit_gb) is False:
-        limit = f" ({_gb(r.limit_gb)} GiB)" if r.limit_gb is not None else ""
-        parts.append(f"peak above the headroom limit{limit}: does not fit")
+        host_over = row.get("host_fits") is False  # block swap, offload: the host ran short, not the card
+        peak = row.get("peak_vram_gb")
+        device_over = peak is not None and r.limit_gb is not None and peak > r.limit_gb
+        if device_over or not host_over:
+            limit = f" ({_gb(r.limit_gb)} GiB)" if r.limit_gb is not None else ""
+            parts.append(f"peak above the headroom limit{limit}: does not fit")
+        if host_over:
+            host = row.get("peak_host_rss_gb")
+            shown = f" {_gb(host)} GiB" if host is not None else ""
+            parts.append(
+                f"host RAM peak{shown} above the host line (--host-ram-gb less the headroom): does not fit"
+            )
     if row.get("busy_host"):
         if row.outcome == "ok":
             parts.append(f"HOST BUSY while it ran, its speed is suspect: {row.get('busy_host')}")

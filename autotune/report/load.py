@@ -123,6 +123,12 @@ def build_report(
         full_steps=settings["full_steps"] if isinstance(settings.get("full_steps"), int) else None,
         launch_cwd=str(settings["launch_cwd"]) if settings.get("launch_cwd") else None,
         emulation=str(settings["emulation"]) if settings.get("emulation") else None,
+        host_ram_gb=_number(settings.get("host_ram_gb", settings.get("machine_ram_gb"))),
+        host_ram_given=isinstance(settings.get("host_ram_gb"), (int, float)),
+        offload_knobs=any(
+            isinstance(k, Mapping) and k.get("type") in ("count", "fraction")
+            for k in settings.get("knobs") or []
+        ),
         study=study.study_name,
         trainer=trainer,
         card=card,
@@ -318,3 +324,7 @@ def _longer_input(trainer: str) -> str:
         return adapter_class(trainer).longer_input
     except AutotuneError:
         return TrainerAdapter.longer_input
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

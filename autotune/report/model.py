@@ -94,6 +94,11 @@ class Report:
     emulation: str | None = None
     #: Per trial: the phase (training, validation, save) that set its peak, the data bucket judged.
     memory_phases: list[str] = field(default_factory=list)
+    #: The host RAM the trials were judged against (GB) and whether ``--host-ram-gb`` set it (else
+    #: the machine's); shown where offload knobs were swept or a run passed the host line.
+    host_ram_gb: float | None = None
+    host_ram_given: bool = False
+    offload_knobs: bool = False
 
     @property
     def card_gb(self) -> float | None:

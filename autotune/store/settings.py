@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 #: Settings that describe the run, not the sweep: they may differ on resume.
-INFORMATIONAL_SETTINGS = frozenset({"config_path", "full_steps", "launch_cwd", "emulation"})
+INFORMATIONAL_SETTINGS = frozenset({"config_path", "full_steps", "launch_cwd", "emulation", "machine_ram_gb"})
 #: Informational settings a resume that gives them updates (the report reads the latest).
 UPDATED_ON_RESUME = ("full_steps",)
 

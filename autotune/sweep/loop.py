@@ -206,6 +206,17 @@ class SearchLoop:
         card = self.executor.card
         if outcome == Outcome.OK.value:
             return
+        more, less = self.plan.space.offload_room(self.plan.base_candidate)
+        if outcome == Outcome.OOM.value and more:
+            self.progress.line(
+                "the baseline ran out of device memory; more offload is tried (it costs host RAM)"
+            )
+            return
+        if outcome == Outcome.HOST_OOM.value and less:
+            self.progress.line(
+                "the baseline ran out of host RAM; less offload is tried (it costs device memory)"
+            )
+            return
         if outcome == Outcome.OOM.value:
             if self.plan.opts.allow_extra_savers:
                 self.progress.line(

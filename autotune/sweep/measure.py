@@ -132,5 +132,9 @@ def summary(attrs: Mapping[str, Any]) -> str:
         sps, peak = record.samples_per_s or 0.0, record.peak_vram_gb
         steps = f" ({st})" if (st := step_text(record)) else ""
         peak_txt = f", peak {format_gb(peak)}" if peak is not None else ""
-        return f"ok: {sps:.3g} samples/s{steps}{peak_txt}, {FIT_WORDS[record.fits]}{busy}"
+        fit = FIT_WORDS[record.fits]
+        if record.get("host_fits") is False:  # the card may have room: the host did not
+            host = record.get("peak_host_rss_gb")
+            fit = "over the host RAM line" + (f" (host peak {format_gb(host)})" if host is not None else "")
+        return f"ok: {sps:.3g} samples/s{steps}{peak_txt}, {fit}{busy}"
     return f"{record.outcome}: {one_line(record.reason, 160)}{busy}"

@@ -32,6 +32,8 @@ def label(params: Mapping[str, Any]) -> str:
             parts.append("no-quant" if value in (None, "none") else str(value))
         elif isinstance(value, bool):
             parts.append(key if value else f"no-{key}")
+        elif isinstance(value, (int, float)):  # a count or a fraction: the number alone says nothing
+            parts.append(f"{key}={value:g}")
         else:
             parts.append(str(value))
     return " ".join(parts)

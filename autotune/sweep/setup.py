@@ -19,7 +19,7 @@ from optuna.distributions import BaseDistribution
 from autotune.config.knobs import knob_path as knob_file_path
 from autotune.config.knobs import read_knob_file
 from autotune.core.knobflag import FLAG, DeclaredKnob, parse_knobs
-from autotune.core.space import Candidate, Knob, Space, normalize_value, same_param
+from autotune.core.space import Candidate, Space, normalize_value, same_param
 from autotune.core.strategy import Observation, Strategy, Verdict
 from autotune.core.units import format_gb
 from autotune.errors import AutotuneError, NvmlUnavailable, UsageError
@@ -89,9 +89,9 @@ class SweepPlan:
     workdir: Path
     #: Knobs of the trainer's knob file the command never receives (``knobs_in_play``): not swept.
     knobs_left_out: tuple[str, ...] = ()
-    nvml_error: str | None = None
+    nvml_error: str | None = None  # why there is no NVML (the driver's own words), for the fit check
     #: The host RAM line (GB): ``--host-ram-gb``, else this machine's RAM (``machine_ram_gb``).
-    host_ram_gb: float | None = None  # why there is no NVML (the driver's own words), for the fit check
+    host_ram_gb: float | None = None
 
     @property
     def study_dir(self) -> Path:
@@ -168,7 +168,7 @@ def plan_sweep(
     )
     space = space_in_play(full, adapter, baseline, declared)
     knobs = [st.knob_def_of(space.knob(k.name), k) for k in st.knob_defs(knob_data) if k.name in space.names]
-    knobs += [st.KnobDef(name=k.name, values=k.values) for k in declared]
+    knobs += [st.knob_def_of(k.knob(), st.KnobDef(name=k.name, values=k.values)) for k in declared]
     dists = st.distributions(knobs, max_bs)
     base_params = {name: base_params[name] for name in space.names}
     base_cand = space.candidate(base_params)
@@ -206,10 +206,10 @@ def plan_sweep(
         settings["hook"] = False
     if card.emulation:  # informational: the report says how the card was emulated
         settings["emulation"] = card.emulation
-    if (
-        opts.host_ram_gb is not None
-    ):  # only when given: the default is the machine's, which a resume may change
+    if opts.host_ram_gb is not None:  # only when given: a resume elsewhere has another machine's RAM
         settings["host_ram_gb"] = opts.host_ram_gb
+    elif (ram := machine_ram_gb()) is not None:  # informational: the report states the host line
+        settings["machine_ram_gb"] = round(ram, 3)
     if opts.batch_sizes is not None:  # only when given: studies from before the flag resume unchanged
         settings["batch_sizes"] = ",".join(map(str, space.batch_values()))
     launch_folder = adapter.launch_folder()  # where a template trainer's trials run
@@ -307,7 +307,7 @@ def space_in_play(
             f"{FLAG} {unused[0]}: the command never receives it: the template has no {{{unused[0]}}} "
             f"and the --config file no key {unused[0]}; put {{{unused[0]}}} in --cmd, or drop the {FLAG}"
         )
-    return full.restricted(in_play, extra=[Knob(k.name, k.values) for k in declared])
+    return full.restricted(in_play, extra=[k.knob() for k in declared])
 
 
 def pick_card(

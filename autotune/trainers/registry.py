@@ -11,6 +11,7 @@ from typing import Any
 from autotune.errors import UnknownTrainerError
 from autotune.trainers.base import TrainerAdapter
 from autotune.trainers.command import CommandAdapter
+from autotune.trainers.dpipe import DiffusionPipeAdapter
 from autotune.trainers.ltx2 import Ltx2Adapter
 from autotune.trainers.musubi import MusubiAdapter
 from autotune.trainers.reference import ReferenceAdapter
@@ -18,7 +19,15 @@ from autotune.trainers.sana import SanaAdapter
 
 #: Trainer name -> adapter class.
 ADAPTERS: dict[str, type[TrainerAdapter]] = {
-    cls.name: cls for cls in (Ltx2Adapter, SanaAdapter, CommandAdapter, ReferenceAdapter, MusubiAdapter)
+    cls.name: cls
+    for cls in (
+        Ltx2Adapter,
+        SanaAdapter,
+        CommandAdapter,
+        ReferenceAdapter,
+        DiffusionPipeAdapter,
+        MusubiAdapter,
+    )
 }
 
 

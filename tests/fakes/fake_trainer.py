@@ -2,7 +2,7 @@
 
     python fake_trainer.py MODE [--oom-text KIND] [--then exit|hang] [--mb N] [--steps N]
 
-Modes: succeed, oom, hang, hang-ignore-term, grandchild, sigkill-self, nan,
+Modes: succeed, oom, host-hog, hang, hang-ignore-term, grandchild, sigkill-self, nan,
 config-error, garbage-metrics, flood, crash, argparse-error, tick. It prints what the
 LTX-2 trainer prints (Step lines, the statistics block, its error texts) and
 announces pids as ``PID name=N`` lines so tests can check they are gone.
@@ -112,6 +112,12 @@ def main() -> int:
         if args.then == "hang":  # like a trainer whose DataLoader workers or collectives hang after OOM
             hang()
         return 1
+    if args.mode == "host-hog":  # block swap gone wrong: --mb of host RAM held (touched), then a hang
+        held = bytearray(args.mb * 1024 * 1024)
+        for i in range(0, len(held), 4096):
+            held[i] = 1
+        print(f"holding {args.mb} MB of host RAM", flush=True)
+        hang()
     if args.mode == "hang":
         print("ready", flush=True)
         hang()
