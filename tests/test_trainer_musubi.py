@@ -482,3 +482,16 @@ def test_a_fake_trial_reads_the_same_from_the_bar_and_from_the_hook(tmp_path: Pa
         assert metrics.samples_per_s == pytest.approx(3 / metrics.step_time_s)
         assert metrics.losses and metrics.losses[-1] == 0.1234
         assert (metrics.measured_peak_vram_gb is not None) == hook
+
+
+def test_trainer_dir_is_where_it_runs(tmp_path: Path) -> None:
+    from autotune.errors import UsageError
+
+    script = make_setup(tmp_path / "user", trainer=tmp_path / "elsewhere")
+    adapter = _adapter(trainer_dir=FAKE_MUSUBI)  # --trainer-dir wins over the script's cd
+    spec = adapter.render(
+        adapter.load_baseline(script), {}, gradient_accumulation_steps=1, steps=3, trial_dir=tmp_path / "t"
+    )
+    assert spec.cwd == FAKE_MUSUBI
+    with pytest.raises(UsageError, match="no such folder"):
+        _adapter(trainer_dir=tmp_path / "missing")
