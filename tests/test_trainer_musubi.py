@@ -347,6 +347,20 @@ def test_the_winning_script_writes_its_dataset_toml_and_reads_back(tmp_path: Pat
     )
 
 
+def test_the_optimizer_is_always_spelled_out(tmp_path: Path) -> None:
+    """parser_common.py:303-307 defaults --optimizer_type to "", which get_optimizer cannot build
+    (trainer_base.py:166,231-243): a trial names AdamW rather than leave the flag out."""
+    script = make_setup(tmp_path)
+    script.write_text(script.read_text().replace("--optimizer_type adamw8bit ", ""))
+    adapter = _adapter()
+    baseline = adapter.load_baseline(script)
+    assert adapter.baseline_params(baseline)["optimizer"] == "adamw"
+    argv = list(
+        adapter.render(baseline, {}, gradient_accumulation_steps=1, steps=3, trial_dir=tmp_path / "t").argv
+    )
+    assert argv[argv.index("--optimizer_type") + 1] == "adamw"
+
+
 def test_another_optimizer_is_left_alone(tmp_path: Path) -> None:
     script = make_setup(tmp_path)
     script.write_text(script.read_text().replace("--optimizer_type adamw8bit", "--optimizer_type AdaFactor"))
@@ -368,6 +382,8 @@ def _run_fake(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subpr
         str(tmp / "dit.safetensors"),
         "--dataset_config",
         str(tmp / "dataset.toml"),
+        "--optimizer_type",
+        "adamw8bit",
     ]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "FAKE_MUSUBI_"))}
     return subprocess.run(
@@ -393,6 +409,8 @@ def _peak_rss_kib(tmp: Path, *args: str) -> int:
         str(tmp / "dit.safetensors"),
         "--dataset_config",
         str(tmp / "dataset.toml"),
+        "--optimizer_type",
+        "adamw8bit",
     ]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "FAKE_MUSUBI_"))}
     env = {**clean, "FAKE_MUSUBI_HOST_MB_PER_GB": "8"}
@@ -408,6 +426,8 @@ def test_the_fake_refuses_what_the_real_one_refuses(tmp_path: Path) -> None:
     make_setup(tmp_path)
     done = _run_fake(tmp_path, "--no_such_flag")
     assert done.returncode == 2 and "unrecognized arguments: --no_such_flag" in done.stderr  # argparse
+    done = _run_fake(tmp_path, "--optimizer_type", "")  # the flag's default (parser_common.py:305)
+    assert done.returncode == 1 and "has no attribute ''" in done.stderr  # trainer_base.py:231-243
     done = _run_fake(tmp_path, "--fp8_scaled")
     assert done.returncode == 1 and "fp8_scaled requires fp8_base" in done.stderr  # trainer_base.py:1398
     done = _run_fake(tmp_path, "--blocks_to_swap", "40")

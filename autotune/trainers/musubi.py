@@ -23,7 +23,9 @@ t2v-1.3B --dit ... --dataset_config x.toml ...``), a shell script read without a
   only with ``--gradient_checkpointing`` (trainer_base.py:1608-1609, docs/hunyuan_video.md:242), so
   without it the flag is left out (the same command as 0: the sweep runs it once).
 - ``optimizer``: ``--optimizer_type adamw8bit``/``adamw`` (read case-insensitively,
-  trainer_base.py:166,186,226; absent means AdamW, parser_common.py:303-307).
+  trainer_base.py:166,186,226). Its help calls AdamW the default (parser_common.py:303-307), but
+  an absent flag reaches ``getattr(torch.optim, "")`` (trainer_base.py:166,231-243), so a trial
+  always spells it out; absent in the baseline reads as AdamW.
 - ``split_attn``: ``--split_attn`` (attention one sample at a time, parser_common.py:77-82).
 - ``batch_size``: ``batch_size`` in the dataset TOML (``--dataset_config``); a trial edits a copy.
 
@@ -313,9 +315,10 @@ class MusubiAdapter(TrainerAdapter):
         optimizer = merged["optimizer"]
         if optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-        current = (flag_value(args, OPTIMIZER_FLAG) or "adamw").lower()
-        if current in OPTIMIZERS and current != optimizer:  # another optimizer (Adafactor) stays as it is
-            args = set_value_flag(args, OPTIMIZER_FLAG, optimizer)
+        given = flag_value(args, OPTIMIZER_FLAG)
+        current = (given or "adamw").lower()
+        if current in OPTIMIZERS and (current != optimizer or given is None):  # Adafactor stays as it is
+            args = set_value_flag(args, OPTIMIZER_FLAG, optimizer)  # always spelled out: see the docstring
         if not isinstance(merged["split_attn"], bool):
             raise ConfigError(f"split_attn must be true or false; got {merged['split_attn']!r}")
         args = set_bool_flag(args, "--split_attn", merged["split_attn"])

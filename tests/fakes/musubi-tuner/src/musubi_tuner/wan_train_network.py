@@ -380,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     assert not args.fp8_scaled or args.fp8_base, (
         "fp8_scaled requires fp8_base / fp8_scaledはfp8_baseが必要です"
     )  # :1398
+    if args.optimizer_type.lower() not in ("adamw", "adamw8bit", "adafactor"):  # trainer_base.py:231-243
+        raise AttributeError(f"module 'torch.optim' has no attribute '{args.optimizer_type}'")
     blocks, _ = TASKS[args.task]
     if args.blocks_to_swap and args.blocks_to_swap > blocks - 1:  # wan/modules/model.py:752-754
         raise AssertionError(
