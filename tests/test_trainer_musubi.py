@@ -384,6 +384,8 @@ def _run_fake(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subpr
         str(tmp / "dataset.toml"),
         "--optimizer_type",
         "adamw8bit",
+        "--output_dir",
+        str(tmp / "output"),
     ]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "FAKE_MUSUBI_"))}
     return subprocess.run(
@@ -411,6 +413,8 @@ def _peak_rss_kib(tmp: Path, *args: str) -> int:
         str(tmp / "dataset.toml"),
         "--optimizer_type",
         "adamw8bit",
+        "--output_dir",
+        str(tmp / "output"),
     ]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "FAKE_MUSUBI_"))}
     env = {**clean, "FAKE_MUSUBI_HOST_MB_PER_GB": "8"}

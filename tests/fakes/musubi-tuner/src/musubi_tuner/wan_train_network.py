@@ -485,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         hook_line("exit", steps=step, max_memory_reserved_gb=peak, exception="OutOfMemoryError")
         return 1
     print(file=sys.stderr)
-    out = Path(args.output_dir or ".")
+    if args.output_dir is None:  # os.makedirs(None) in save_model (trainer_base.py:1939)
+        raise TypeError("expected str, bytes or os.PathLike object, not NoneType")
+    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = f"{args.output_name or 'last'}.safetensors"  # train_utils.get_last_ckpt_name, trainer_base.py:2174
     print(f"\nsaving checkpoint: {out / name}")  # :1942
