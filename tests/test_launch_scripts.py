@@ -402,7 +402,9 @@ def test_a_bad_trainer_python_is_refused_before_any_trial(
 def test_trainer_python_goes_with_python_trainers_only(tmp_path: Path) -> None:
     python = _venv_python(tmp_path)
     args = build_parser().parse_args(["sweep", "--cmd", "python t.py", "--trainer-python", str(python)])
-    with pytest.raises(UsageError, match="--trainer-python goes with --trainer ltx2 or reference or sana"):
+    with pytest.raises(
+        UsageError, match="--trainer-python goes with --trainer ai-toolkit or diffusion-pipe or ltx2 or reference or sana"
+    ):
         sweep_options(args)
     args = build_parser().parse_args(["sweep", "--trainer", "sana", "--trainer-python", str(python)])
     assert sweep_options(args).trainer_options == {"launcher": [str(python)]}

@@ -97,6 +97,20 @@ MEASURED = TrialMetrics(step_time_s=1.0, samples_per_s=1.0)
 NOTHING_READ = TrialMetrics()
 NAN_METRICS = TrialMetrics(step_time_s=1.0, losses=[0.3, math.nan])
 
+# ai-toolkit's banner for an OOM it caught and skipped (jobs/process/BaseSDTrainProcess.py:2640-2645
+# @ 27a03a9), printed on stdout while its tqdm bar draws on stderr; the 4th in a row raises (:2636).
+AITK_OOM_SKIP = (
+    "\n################################################\n"
+    "# OOM during training step, skipping batch 1/3 #\n"
+    "################################################\n\n"
+)
+AITK_OOM_ABORT = (
+    "Error running job: OOM during training step 3 times in a row, aborting training\n"
+    "Traceback (most recent call last):\n"
+    '  File "/ai-toolkit/run.py", line 147, in <module>\n'
+    "RuntimeError: OOM during training step 3 times in a row, aborting training\n"
+)
+
 
 def case(
     rc: int | None = 1,
@@ -132,6 +146,18 @@ TABLE = [
     ("OOM beats stall", case(-9, output=TORCH_OOM, stalled=True), Outcome.OOM),
     ("OOM beats SIGKILL", case(-9, output=TORCH_OOM), Outcome.OOM),
     ("OOM caught by trainer, exit 0", case(0, output=TORCH_OOM, metrics=MEASURED), Outcome.OOM),
+    ("ai-toolkit skipped a batch, ended by runner", case(-15, output=AITK_OOM_SKIP), Outcome.OOM),
+    ("ai-toolkit skipped a batch, ran on", case(0, output=AITK_OOM_SKIP, metrics=MEASURED), Outcome.OOM),
+    ("ai-toolkit aborts after 3", case(1, output=AITK_OOM_SKIP * 3 + AITK_OOM_ABORT), Outcome.OOM),
+    (
+        "ai-toolkit banner quoted mid-line",
+        case(
+            0,
+            output="tip: '# OOM during training step, skipping batch 1/3 #' means a skip\n",
+            metrics=MEASURED,
+        ),
+        Outcome.OK,
+    ),
     # host OOM
     ("CPU allocator", case(1, output=CPU_ALLOC), Outcome.HOST_OOM),
     ("python MemoryError", case(1, output=PY_MEMORY_ERROR), Outcome.HOST_OOM),

@@ -106,6 +106,38 @@ MUSUBI_OUTPUT = "".join(  # trainer_base.py:1920,2116-2118 @ 30c658c (musubi-tun
 DPIPE_OUTPUT = "".join(  # deepspeed/runtime/pipe/engine.py:396-406 @ 38327e0
     f"steps: {n} loss: 0.1234 iter time (s): 2.500 samples/sec: 0.800\n" for n in range(1, 8)
 )
+AITK_LIKE = """\
+# An ai-toolkit job (config/examples/train_lora_flux_24gb.yaml's shape; comments must survive).
+job: extension
+config:
+  name: "my_lora_v1"
+  process:
+    - type: 'sd_trainer'
+      training_folder: "output"
+      save:
+        save_every: 250 # save every this many steps
+      datasets:
+        - folder_path: "/data/images"
+          resolution: [ 512, 768, 1024 ]  # flux enjoys multiple resolutions
+      train:
+        batch_size: 1
+        steps: 2000
+        gradient_accumulation: 1
+        gradient_checkpointing: true  # need the on unless you have a ton of vram
+        optimizer: "adamw8bit"
+      model:
+        name_or_path: "black-forest-labs/FLUX.1-dev"
+        quantize: true  # run 8bit mixed precision
+"""
+AITK_PARAMS = {
+    "qtype": "none",
+    "layer_offloading_transformer_percent": 0.5,
+    "low_vram": True,
+    "gradient_checkpointing": False,
+    "optimizer": "adamw",
+    "batch_size": 2,
+}
+AITK_OUTPUT = "my_lora_v1:  40%|####      | 4/10 [00:12<00:18,  3.02s/it, lr: 1.0e-04 loss: 1.234e-01]\r" * 3
 SANA_OUTPUT = "Steps:  40%|████      | 4/10 [00:02<00:03,  1.95it/s, loss=0.123, lr=0.0001]\r" * 3
 
 
@@ -168,6 +200,12 @@ def _dpipe(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
     return adapter, adapter.load_baseline(write_dpipe_setup(tmp))
 
 
+def _aitk(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
+    (tmp / "job.yaml").write_text(AITK_LIKE)
+    adapter = get_adapter("ai-toolkit", trainer_dir=FAKES / "ai-toolkit", launcher=[sys.executable])
+    return adapter, adapter.load_baseline(tmp / "job.yaml")
+
+
 CASES = [
     Case("ltx2", _ltx2, LTX2_PARAMS, LTX2_OUTPUT),
     Case("reference", _reference, LTX2_PARAMS, LTX2_OUTPUT),
@@ -175,6 +213,7 @@ CASES = [
     Case("command", _command, LTX2_PARAMS, LTX2_OUTPUT),
     Case("musubi", _musubi, MUSUBI_PARAMS, MUSUBI_OUTPUT, yaml_config=False),
     Case("diffusion-pipe", _dpipe, DPIPE_PARAMS, DPIPE_OUTPUT, trial_config="config.toml"),
+    Case("ai-toolkit", _aitk, AITK_PARAMS, AITK_OUTPUT),
 ]
 
 
@@ -300,10 +339,20 @@ def test_unknown_adapter_name_lists_the_known_ones() -> None:
         get_adapter("ltx3")
     for name in ("ltx2", "sana", "command", "reference"):
         assert name in str(err.value)
-    assert adapter_names() == ["command", "diffusion-pipe", "ltx2", "musubi", "reference", "sana"]
+    assert adapter_names() == [
+        "ai-toolkit",
+        "command",
+        "diffusion-pipe",
+        "ltx2",
+        "musubi",
+        "reference",
+        "sana",
+    ]
 
 
-@pytest.mark.parametrize("name", ["ltx2", "sana", "reference", "command", "diffusion-pipe", "musubi"])
+@pytest.mark.parametrize(
+    "name", ["ltx2", "sana", "reference", "command", "diffusion-pipe", "ai-toolkit", "musubi"]
+)
 def test_unknown_option_is_a_usage_error(name: str) -> None:
     from autotune.errors import UsageError
 
@@ -380,9 +429,10 @@ def test_hooks_say_what_the_branches_said() -> None:
     assert having("plan_baselines") == ["ltx2", "reference"]
     assert having("bundled_baselines") == having("config_sections") == ["reference"]
     assert having("loads_model_paths") == having("needs_tier_gate") == ["ltx2"]
-    assert having("report_notes") == ["diffusion-pipe", "ltx2"]
+    assert having("report_notes") == ["ai-toolkit", "diffusion-pipe", "ltx2"]
     assert having("single_device") == having("emulates_vram") == ["reference"]
     assert {n: adapter_class(n).config_suffix for n in adapter_names()} == {
+        "ai-toolkit": ".yaml",
         "command": ".yaml",
         "diffusion-pipe": ".toml",
         "ltx2": ".yaml",

@@ -290,3 +290,45 @@ def test_our_failed_edit_is_our_error_not_the_users(monkeypatch: pytest.MonkeyPa
     assert not isinstance(info.value, UsageError)
     assert "syntax error" not in str(info.value)
     assert cfg.dump() == text  # the document is left as it was
+
+
+AITK_LIKE = """\
+job: extension
+config:
+  name: "x"  # the job
+  process:
+    - type: 'sd_trainer'
+      datasets:
+        # images
+        - folder_path: "/data"
+          resolution: [ 512, 768 ]
+      train:
+        batch_size: 1  # per step
+      model:
+        quantize: true
+"""
+
+
+@pytest.mark.parametrize(
+    ("dotted", "value", "line"),
+    [
+        ("config.process.0.train.batch_size", 4, "        batch_size: 4  # per step\n"),
+        ("config.process.0.datasets.0.resolution", [768], "          resolution: [768]\n"),
+        ("config.process.0.model.quantize", False, "        quantize: false\n"),
+        ("config.process.0.model.low_vram", True, "        low_vram: true\n"),
+    ],
+)
+def test_an_index_part_reaches_into_a_list(dotted: str, value: object, line: str) -> None:
+    """ai-toolkit keeps its settings in ``config.process[0]``: a dotted path names the item by index."""
+    cfg = RoundTripConfig.from_text(AITK_LIKE)
+    cfg.set(dotted, value)
+    assert cfg.get(dotted) == value and line in cfg.dump()
+    assert "# images" in cfg.dump() and '  name: "x"  # the job\n' in cfg.dump()
+    assert len(cfg.dump().splitlines()) - len(AITK_LIKE.splitlines()) in (0, 1)
+
+
+def test_an_index_past_the_list_is_a_config_error() -> None:
+    cfg = RoundTripConfig.from_text(AITK_LIKE)
+    assert cfg.get("config.process.1.train", "none") == "none"
+    with pytest.raises(ConfigError, match="no such item"):
+        cfg.set("config.process.1.train.batch_size", 2)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from autotune.config import yamledit
 from autotune.core.yamltext import load_yaml
@@ -90,12 +90,10 @@ class RoundTripConfig:
         return doc
 
     def get(self, dotted: str, default: Any = None) -> Any:
-        node: Any = self._doc
-        for part in dotted.split("."):
-            if not isinstance(node, Mapping) or part not in node:
-                return default
-            node = node[part]
-        return node
+        """The value at ``dotted`` (``section.key``; an index part reaches into a list:
+        ``config.process.0.train.steps``), else ``default``."""
+        found = _lookup(self._doc, dotted)
+        return default if found is _MISSING else found
 
     def has(self, dotted: str) -> bool:
         sentinel = object()
@@ -199,12 +197,16 @@ class RoundTripConfig:
         node: Any = self._doc
         depth = 0
         for part in dotted.split(".")[:-1]:
-            child = node.get(part) if isinstance(node, Mapping) else None
+            child = yamledit.item(node, part) if isinstance(node, list) else None
+            if child is None:
+                child = node.get(part) if isinstance(node, Mapping) else None
             if child is None:
                 break
-            if not isinstance(child, CommentedMap):
+            if not isinstance(child, (CommentedMap, CommentedSeq)):
                 raise ConfigError(f"{self.source}: cannot set {dotted}: {part!r} is not a section")
             node, depth = child, depth + 1
+        if not isinstance(node, CommentedMap):  # a list, and no item of it by that index
+            raise ConfigError(f"{self.source}: cannot set {dotted}: the list it names has no such item")
         return node, depth
 
     def _insert(self, dotted: str, value: Any) -> None:
@@ -298,6 +300,9 @@ def _keep_style(lines: list[str], parent: CommentedMap, key: str, value: Any) ->
 def _lookup(plain: Any, dotted: str) -> Any:
     node = plain
     for part in dotted.split("."):
+        if isinstance(node, list) and yamledit.item(node, part) is not None:
+            node = yamledit.item(node, part)
+            continue
         if not isinstance(node, Mapping) or part not in node:
             return _MISSING
         node = node[part]

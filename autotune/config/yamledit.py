@@ -64,16 +64,29 @@ def unshared(data: Any) -> Any:
     return data
 
 
+def item(node: Any, part: str) -> Any:
+    """``node[int(part)]`` when ``node`` is a list and ``part`` names one of its items (a dotted
+    path reaches into a list by index: ``config.process.0.train``), else ``None``."""
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    return None
+
+
 def intended(plain: Any, edits: Mapping[str, Any]) -> dict[str, Any]:
     """The data the file must hold after ``edits``: every other leaf as it was."""
     out = unshared(plain) if isinstance(plain, Mapping) else {}
     for dotted, value in edits.items():
-        node = out
+        node: Any = out
         parts = dotted.split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = node[part] = {}
+        for i, part in enumerate(parts[:-1]):
+            child = item(node, part) if isinstance(node, list) else node.get(part)
+            indexed = i + 2 < len(parts) and isinstance(item(child, parts[i + 1]), dict)
+            if not isinstance(child, dict) and not indexed:
+                child = {}
+                if isinstance(node, list):
+                    node[int(part)] = child
+                else:
+                    node[part] = child
             node = child
         node[parts[-1]] = unshared(value)
     return out
@@ -134,13 +147,23 @@ def own_pair(mapping: yaml.Node, key: str) -> tuple[yaml.Node, yaml.Node] | None
 
 
 def section_path(root: yaml.Node | None, parts: list[str]) -> list[yaml.Node]:
-    """The mapping nodes along ``parts`` that the file writes itself (stops where one is missing)."""
+    """The mapping nodes along ``parts`` that the file writes itself (stops where one is missing);
+    a list on the way is passed by an index part (the list and its item are both on the path)."""
     nodes: list[yaml.Node] = [root] if isinstance(root, yaml.MappingNode) else []
     for part in parts:
-        pair = own_pair(nodes[-1], part) if nodes else None
-        if pair is None or not isinstance(pair[1], yaml.MappingNode):
+        last = nodes[-1] if nodes else None
+        if isinstance(last, yaml.SequenceNode):
+            child = item(last.value, part)
+            if not isinstance(child, yaml.MappingNode):
+                break
+            nodes.append(child)
+            continue
+        pair = own_pair(last, part) if last is not None else None
+        if pair is None or not isinstance(pair[1], (yaml.MappingNode, yaml.SequenceNode)):
             break
         nodes.append(pair[1])
+    while nodes and isinstance(nodes[-1], yaml.SequenceNode):  # a path ends at a mapping
+        nodes.pop()
     return nodes
 
 
@@ -264,13 +287,29 @@ def _differences(got: Any, want: Any, prefix: tuple[str, ...] = ()) -> list[tupl
             else:
                 out.extend(_differences(got[key], value, (*prefix, key)))
         return out
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        return [
+            d
+            for i, (g, w) in enumerate(zip(got, want, strict=True))
+            for d in _differences(g, w, (*prefix, str(i)))
+        ]
     return [] if _same(got, want) else [(list(prefix), want)]
 
 
 def _rt_set(doc: Any, parts: list[str], value: Any, aliased: set[tuple[str, ...]]) -> None:
     node = doc
     for depth, part in enumerate(parts[:-1]):
+        if isinstance(item(node, part), CommentedMap):
+            node = item(node, part)
+            continue
         child = node.get(part) if isinstance(node, Mapping) else None
+        if (
+            isinstance(child, CommentedSeq)
+            and depth + 1 < len(parts) - 1
+            and item(child, parts[depth + 1]) is not None
+        ):
+            node = child
+            continue
         if not isinstance(child, CommentedMap):
             child = CommentedMap()
             node[part] = child

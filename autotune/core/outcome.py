@@ -63,6 +63,10 @@ DEVICE_OOM_SOURCE = (
     r"|CUDNN_STATUS_NOT_SUPPORTED"  # cuDNN workspace OOM (Lightning and accelerate agree)
     r"|Cuda failure \d* ?'out of memory'"  # NCCL
     r"|RESOURCE_EXHAUSTED: Out of memory"
+    # ai-toolkit catches a CUDA OOM, prints this banner and trains on (no traceback), aborting at
+    # the 4th in a row: jobs/process/BaseSDTrainProcess.py:2643 and :2636 @ 27a03a9
+    r"|^# OOM during training step, skipping batch \d+/3 #"
+    r"|OOM during training step 3 times in a row, aborting training"
 )
 HOST_OOM_SOURCE = (
     r"DefaultCPUAllocator: can't allocate memory"
@@ -94,6 +98,7 @@ NOTABLE_KEYWORDS: tuple[bytes, ...] = (
     b"Memory",
     b"MEMORY",
     b"_ALLOC_FAILED",
+    b"OOM during training step",
     b"NOT_SUPPORTED",
     b"bad_alloc",
     b"allocate",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.errors import UnknownTrainerError
+from autotune.trainers.aitoolkit import AiToolkitAdapter
 from autotune.trainers.base import TrainerAdapter
 from autotune.trainers.command import CommandAdapter
 from autotune.trainers.dpipe import DiffusionPipeAdapter
@@ -26,6 +27,7 @@ ADAPTERS: dict[str, type[TrainerAdapter]] = {
         CommandAdapter,
         ReferenceAdapter,
         DiffusionPipeAdapter,
+        AiToolkitAdapter,
         MusubiAdapter,
     )
 }
