@@ -90,6 +90,19 @@ LTX2_OUTPUT = (
     "📊 Training Statistics:\n - Total time: 1.2 minutes\n - Training speed: 0.71 steps/second\n"
     " - Samples/second: 0.71\n - Peak GPU memory: 45.68 GB\n"
 )
+MUSUBI_PARAMS = {
+    "blocks_to_swap": 24,
+    "precision": "bf16",
+    "gradient_checkpointing": True,
+    "gradient_checkpointing_cpu_offload": 1,
+    "optimizer": "adamw",
+    "split_attn": True,
+    "batch_size": 2,
+}
+MUSUBI_OUTPUT = "".join(  # trainer_base.py:1920,2116-2118 @ 30c658c (musubi-tuner)
+    f"steps: {n * 10:3d}%|█         | {n}/10 [00:{2 * n:02d}<00:10,  2.00s/it, avr_loss=0.123]\r"
+    for n in (1, 2, 3, 4)
+)
 DPIPE_OUTPUT = "".join(  # deepspeed/runtime/pipe/engine.py:396-406 @ 38327e0
     f"steps: {n} loss: 0.1234 iter time (s): 2.500 samples/sec: 0.800\n" for n in range(1, 8)
 )
@@ -162,6 +175,13 @@ def _sana(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
     return adapter, adapter.load_baseline(tmp / "sana.yaml")
 
 
+def _musubi(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
+    from tests.musubi_setup import make_setup
+
+    adapter = get_adapter("musubi", launcher=[sys.executable])
+    return adapter, adapter.load_baseline(make_setup(tmp / "user"))
+
+
 def _command(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
     (tmp / "mine.yaml").write_text(COMMAND_CONFIG)
     adapter = get_adapter(
@@ -191,6 +211,7 @@ CASES = [
     Case("reference", _reference, LTX2_PARAMS, LTX2_OUTPUT),
     Case("sana", _sana, SANA_PARAMS, SANA_OUTPUT, yaml_config=False),
     Case("command", _command, LTX2_PARAMS, LTX2_OUTPUT),
+    Case("musubi", _musubi, MUSUBI_PARAMS, MUSUBI_OUTPUT, yaml_config=False),
     Case("diffusion-pipe", _dpipe, DPIPE_PARAMS, DPIPE_OUTPUT, trial_config="config.toml"),
     Case("ai-toolkit", _aitk, AITK_PARAMS, AITK_OUTPUT),
 ]
@@ -318,10 +339,20 @@ def test_unknown_adapter_name_lists_the_known_ones() -> None:
         get_adapter("ltx3")
     for name in ("ltx2", "sana", "command", "reference"):
         assert name in str(err.value)
-    assert adapter_names() == ["ai-toolkit", "command", "diffusion-pipe", "ltx2", "reference", "sana"]
+    assert adapter_names() == [
+        "ai-toolkit",
+        "command",
+        "diffusion-pipe",
+        "ltx2",
+        "musubi",
+        "reference",
+        "sana",
+    ]
 
 
-@pytest.mark.parametrize("name", ["ltx2", "sana", "reference", "command", "diffusion-pipe", "ai-toolkit"])
+@pytest.mark.parametrize(
+    "name", ["ltx2", "sana", "reference", "command", "diffusion-pipe", "ai-toolkit", "musubi"]
+)
 def test_unknown_option_is_a_usage_error(name: str) -> None:
     from autotune.errors import UsageError
 
@@ -405,6 +436,7 @@ def test_hooks_say_what_the_branches_said() -> None:
         "command": ".yaml",
         "diffusion-pipe": ".toml",
         "ltx2": ".yaml",
+        "musubi": ".sh",
         "reference": ".yaml",
         "sana": ".sh",
     }

@@ -14,6 +14,7 @@ from autotune.trainers.base import TrainerAdapter
 from autotune.trainers.command import CommandAdapter
 from autotune.trainers.dpipe import DiffusionPipeAdapter
 from autotune.trainers.ltx2 import Ltx2Adapter
+from autotune.trainers.musubi import MusubiAdapter
 from autotune.trainers.reference import ReferenceAdapter
 from autotune.trainers.sana import SanaAdapter
 
@@ -27,6 +28,7 @@ ADAPTERS: dict[str, type[TrainerAdapter]] = {
         ReferenceAdapter,
         DiffusionPipeAdapter,
         AiToolkitAdapter,
+        MusubiAdapter,
     )
 }
 

@@ -30,7 +30,9 @@ _BAR = re.compile(
     r"\[(?P<elapsed>[\d:]+)<(?P<left>[\d:?]+),\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it)"
     r"(?P<postfix>[^\]\r\n]{0,1000})\]"
 )
-_LOSS = re.compile(rf"(?<![\w])(?:train_)?loss(?:_step)?=\s*({_NUM})(?![\w.])", re.IGNORECASE)
+#: ``loss=`` (diffusers), ``train_loss=``/``loss_step=`` (Lightning), ``avr_loss=`` (musubi-tuner's moving
+#: average, src/musubi_tuner/training/trainer_base.py:2116-2118 @ 30c658c); never ``val_loss=``.
+_LOSS = re.compile(rf"(?<![\w])(?:train_|avr_)?loss(?:_step)?=\s*({_NUM})(?![\w.])", re.IGNORECASE)
 #: Bars that are not the training loop: model loading, downloads, data preparation, evaluation.
 _OTHER = re.compile(
     r"\b(?:load|fetch|download|shard|map\b|generat|filter|token|evaluat|validat|predict|test|sampl|infer)",
