@@ -59,6 +59,11 @@ CPU_ALLOC = (
     "RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: can't allocate memory: "
     "you tried to allocate 85899345920 bytes. Error code 12 (Cannot allocate memory)\n"
 )
+# The same allocator's other wording (Windows builds, and pinned-memory failures): Fooocus#237, MKLpy#27.
+CPU_ALLOC_NOT_ENOUGH = (
+    "RuntimeError: [enforce fail at ..\\c10\\core\\impl\\alloc_cpu.cpp:72] data. DefaultCPUAllocator: "
+    "not enough memory: you tried to allocate 26214400 bytes.\n"
+)
 PY_MEMORY_ERROR = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nMemoryError\n'
 ILLEGAL_ACCESS = (
     "Traceback (most recent call last):\n"
@@ -160,6 +165,7 @@ TABLE = [
     ),
     # host OOM
     ("CPU allocator", case(1, output=CPU_ALLOC), Outcome.HOST_OOM),
+    ("CPU allocator, not enough", case(1, output=CPU_ALLOC_NOT_ENOUGH), Outcome.HOST_OOM),
     ("python MemoryError", case(1, output=PY_MEMORY_ERROR), Outcome.HOST_OOM),
     ("SIGKILL, no traceback", case(-9, output="INFO     Loading transformer...\n"), Outcome.HOST_OOM),
     ("SIGKILL as signal", case(None, 9, output=""), Outcome.HOST_OOM),

@@ -69,7 +69,7 @@ DEVICE_OOM_SOURCE = (
     r"|OOM during training step 3 times in a row, aborting training"
 )
 HOST_OOM_SOURCE = (
-    r"DefaultCPUAllocator: can't allocate memory"
+    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"
     r"|^(?:\[rank\s*\d+\]:?\s*)?(?:\w+\.)*MemoryError\b"  # Python's own, as a traceback's last line
     r"|std::bad_alloc"
     r"|Unable to allocate [\d.]+ [KMGT]?i?B for an array"  # numpy
