@@ -18,7 +18,7 @@ from autotune.cli.sweep_worker import sweep_options
 from autotune.config.shellscript import parse_launch_script, uses_shell_syntax
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, check_program
-from autotune.trainers import get_adapter
+from autotune.trainers import adapter_class, adapter_names, get_adapter
 from tests.conftest import FAKES, REPO
 
 FAKE_SANA = FAKES / "fake_sana_train.py"
@@ -402,10 +402,9 @@ def test_a_bad_trainer_python_is_refused_before_any_trial(
 def test_trainer_python_goes_with_python_trainers_only(tmp_path: Path) -> None:
     python = _venv_python(tmp_path)
     args = build_parser().parse_args(["sweep", "--cmd", "python t.py", "--trainer-python", str(python)])
-    with pytest.raises(
-        UsageError,
-        match="--trainer-python goes with --trainer ai-toolkit or diffusion-pipe or ltx2 or reference or sana",
-    ):
+    takers = " or ".join(n for n in adapter_names() if adapter_class(n).takes_trainer_python)
+    assert takers == "ai-toolkit or diffusion-pipe or ltx2 or musubi or reference or sana"
+    with pytest.raises(UsageError, match=f"--trainer-python goes with --trainer {takers}, not command"):
         sweep_options(args)
     args = build_parser().parse_args(["sweep", "--trainer", "sana", "--trainer-python", str(python)])
     assert sweep_options(args).trainer_options == {"launcher": [str(python)]}
