@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, types, then every test, the marked kinds too (real processes, torch,
 # PostgreSQL, the browser, the soak, the demo), with the 25 slowest printed. `pytest` alone runs
-# only the fast tier (pyproject.toml). Extra arguments go to pytest ("-m postgres", a file, ...).
-# pytest's "no tests ran" (exit 5) fails too.
+# only the fast tier (pyproject.toml). Extra arguments go to one pytest run over everything
+# ("-m postgres", a file, ...). pytest's "no tests ran" (exit 5) fails too.
+#
+# With no arguments the fast tier (in-process tests) runs on two workers (pytest-xdist), then the
+# marked kinds run one at a time: they time real processes and watch the host's CPU load, which a
+# second worker beside them would disturb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ruff check .
 ruff format --check .
 mypy
-set +e
-python -m pytest -q -m "" --durations=25 "$@"
-rc=$?
-set -e
-if [ "$rc" = 5 ]; then echo "error: no tests ran" >&2; exit 1; fi
-exit "$rc"
+
+run() {
+  set +e
+  python -m pytest -q "$@"
+  local rc=$?
+  set -e
+  if [ "$rc" = 5 ]; then echo "error: no tests ran" >&2; exit 1; fi
+  if [ "$rc" != 0 ]; then exit "$rc"; fi
+}
+
+if [ "$#" -gt 0 ]; then
+  run -m "" --durations=25 "$@"
+else
+  run -n 2 --durations=10
+  run -m "process or torch or postgres or browser or soak or demo" --durations=25
+fi

@@ -33,7 +33,7 @@ DEMO_STEPS = 12
 DEMO_MAX_BATCH_SIZE = 8
 DEMO_TRIAL_TIMEOUT_S = 120.0
 DEMO_STALL_TIMEOUT_S = 120.0  # the reference trainer prints every 20 steps: a 12-step trial only at its end
-DEMO_BUDGET_S = 150.0  # trial time: the demo ends in about 3 minutes even on a slow laptop
+DEMO_BUDGET_S = 90.0  # trial time: the demo ends in about 2 minutes even on a slow laptop
 
 #: Study user attr with the options the sweep was started with, so ``autotune worker`` needs
 #: only the study's name and database.
