@@ -27,10 +27,10 @@ CONFIRM_STEPS_FACTOR = 4  # --confirm re-runs the winner this many times longer
 CONFIRM_ATTEMPTS = 3  # winners tried in turn when a confirmation fails
 DRAIN_TIMEOUT_S = 120.0
 
-# The demo: the built-in reference trainer on CPU with an emulated card, a few minutes.
+# The demo: the built-in reference trainer on CPU with an emulated card, about a minute.
 DEMO_STUDY = "demo"
 DEMO_STEPS = 12
-DEMO_MAX_BATCH_SIZE = 8
+DEMO_MAX_BATCH_SIZE = 4  # the search ends on its own (about 10 trials, two real OOMs, a batch-3 winner)
 DEMO_TRIAL_TIMEOUT_S = 120.0
 DEMO_STALL_TIMEOUT_S = 120.0  # the reference trainer prints every 20 steps: a 12-step trial only at its end
 DEMO_BUDGET_S = 90.0  # trial time: the demo ends in about 2 minutes even on a slow laptop
