@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 
 from autotune.core.metrics import TrialMetrics
+from autotune.trainers.readers.guard import NUMBER as _NUM
 from autotune.trainers.readers.guard import never_raises
 from autotune.trainers.readers.tqdmbar import bar_metrics, parse_bars, training_bar
 
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
 #: The postfix BaseSDTrainProcess.py:2693-2695 builds: ``lr: {lr:.1e}`` then `` {key}: {value:.3e}``
 #: per loss (SDTrainer.py:2311 names the one loss ``loss``), after the bar's ``n/total [...``.
 _POSTFIX_LOSS = re.compile(

@@ -20,9 +20,10 @@ import re
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_by_step
+from autotune.trainers.readers.guard import NUMBER as _NUM
 from autotune.trainers.readers.guard import never_raises
+from autotune.trainers.readers.guard import to_float as _float
 
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
 _LINE = re.compile(
     rf"(?:^|\s|\])steps: (\d+) loss: ({_NUM}) (?:\S+: (?:{_NUM}) )*"
     rf"iter time \(s\): ({_NUM}) samples/sec: ({_NUM})",
@@ -60,10 +61,3 @@ def read_deepspeed_steps(text: str) -> TrialMetrics | None:
         if rated:
             metrics.samples_per_s, _ = steady_state([rates[n] for n in rated], warmup_by_step(rated))
     return metrics
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except (TypeError, ValueError, OverflowError):
-        return None

@@ -27,3 +27,15 @@ def never_raises(read: Callable[Concatenate[str, P], R | None]) -> Callable[Conc
             return None
 
     return guarded
+
+
+#: A number as trainers print one, NaN and inf included (a diverged loss must read as one).
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
+
+
+def to_float(text: str) -> float | None:
+    """``float(text)``, or ``None`` for what is not a number."""
+    try:
+        return float(text)
+    except (TypeError, ValueError, OverflowError):
+        return None

@@ -16,10 +16,11 @@ import math
 import re
 
 from autotune.core.metrics import TrialMetrics
+from autotune.trainers.readers.guard import NUMBER as _NUM
 from autotune.trainers.readers.guard import never_raises
+from autotune.trainers.readers.guard import to_float as _float
 from autotune.trainers.readers.tqdmbar import read_tqdm
 
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
 _DICT = re.compile(r"\{'(?:loss|train_runtime|eval_loss)'[^{}\r\n]*\}")
 _PAIR = re.compile(rf"'(\w+)':\s*'?({_NUM})'?(?=\s*[,}}])", re.IGNORECASE)
 
@@ -50,13 +51,6 @@ def read_hf_trainer(text: str) -> TrialMetrics | None:
         if metrics.steps_per_s:
             metrics.step_time_s = 1.0 / metrics.steps_per_s
     return metrics
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 def _positive(value: float | None) -> float | None:

@@ -18,6 +18,7 @@ import re
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_by_step
 from autotune.trainers.readers.guard import never_raises
+from autotune.trainers.readers.guard import to_float as _float
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf(?:inity)?"
 _STEP = re.compile(
@@ -64,10 +65,3 @@ def read_iter_lines(text: str) -> TrialMetrics | None:
             metrics.step_times_s, warmup_by_step(steps)
         )
     return metrics
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except (TypeError, ValueError, OverflowError):
-        return None

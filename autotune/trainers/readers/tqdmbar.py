@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_by_step
+from autotune.trainers.readers.guard import NUMBER as _NUM
 from autotune.trainers.readers.guard import never_raises
+from autotune.trainers.readers.guard import to_float as _float
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
 _BAR = re.compile(
     r"(?P<pct>\d{1,3})%\|[^|\r\n]{0,200}\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
     r"\[(?P<elapsed>[\d:]+)<(?P<left>[\d:?]+),\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it)"
@@ -195,10 +196,3 @@ def _seconds(rate: str, unit: str) -> float | None:
     if value is None or not math.isfinite(value) or value <= 0:
         return None
     return 1.0 / value if unit == "it/s" else value
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except (TypeError, ValueError, OverflowError):
-        return None
