@@ -12,6 +12,7 @@ from typing import Any
 
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
+from autotune.execution.launch import check_program
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME
 from autotune.trainers.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
 
@@ -156,6 +157,19 @@ def take_options(options: dict[str, Any], trainer: str, known: Iterable[str]) ->
             f"trainer {trainer!r} takes no option(s) {', '.join(unknown)}; "
             f"its options are {', '.join(known) or '(none)'}"
         )
+
+
+def launcher_option(options: Mapping[str, Any]) -> list[str] | None:
+    """The adapters' ``launcher`` option (``--trainer-python PATH``): the argv that runs Python, its
+    program checked to exist; ``None`` when not given."""
+    launcher = options.get("launcher")
+    if launcher is None:
+        return None
+    if isinstance(launcher, str) or not launcher or not all(isinstance(a, str) for a in launcher):
+        raise UsageError(
+            f"launcher must be a non-empty list of strings, like ['/path/venv/bin/python']; got {launcher!r}"
+        )
+    return [check_program(launcher[0], "trainer python"), *launcher[1:]]
 
 
 def same_value(a: Any, b: Any) -> bool:

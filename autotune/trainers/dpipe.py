@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from autotune.config.tomledit import TomlConfig, load_toml_data
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec, check_program
+from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
@@ -35,6 +35,7 @@ from autotune.trainers.common import (
     effective_batch_of,
     hook_env,
     hook_option,
+    launcher_option,
     merge_metrics,
     metrics_env,
     read_trial_record,
@@ -96,16 +97,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
         take_options(options, self.name, ("trainer_dir", "launcher", "hook"))
         trainer_dir = options.get("trainer_dir")
         self.trainer_dir = Path(trainer_dir) if trainer_dir else None
-        launcher = options.get("launcher")
-        if launcher is not None and (
-            isinstance(launcher, str) or not launcher or not all(isinstance(a, str) for a in launcher)
-        ):
-            raise UsageError(
-                f"launcher must be a non-empty list of strings, like ['/path/venv/bin/python']; got {launcher!r}"
-            )
-        self.launcher: list[str] | None = (
-            [check_program(launcher[0], "trainer python"), *launcher[1:]] if launcher is not None else None
-        )
+        self.launcher: list[str] | None = launcher_option(options)
         self.hook = hook_option(options, self.name)
 
     # --- baseline ------------------------------------------------------------------------------

@@ -54,13 +54,14 @@ from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec, check_program, env_prefix, is_secret_name, redacted_env
+from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
     hook_option,
+    launcher_option,
     merge_metrics,
     metrics_env,
     read_trial_record,
@@ -80,12 +81,14 @@ from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.readers.tqdmbar import read_tqdm_cumulative
 from autotune.trainers.sana import (
+    SCRIPT_HEAD,
     _record_from_command,
     _record_from_yaml,
-    _wrap_argv,
+    command_lines,
     drop_value_flag,
     flag_value,
     has_flag,
+    int_flag,
     set_bool_flag,
     set_value_flag,
 )
@@ -162,14 +165,7 @@ class MusubiAdapter(TrainerAdapter):
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "hook", "trainer_dir"))
-        launcher = options.get("launcher")
-        if launcher is not None and (isinstance(launcher, str) or not launcher):
-            raise UsageError(f"launcher must be a non-empty list of strings; got {launcher!r}")
-        self.launcher: list[str] | None = (
-            [check_program(str(launcher[0]), "trainer python"), *(str(a) for a in launcher[1:])]
-            if launcher
-            else None
-        )
+        self.launcher: list[str] | None = launcher_option(options)
         trainer_dir = options.get("trainer_dir")
         self.trainer_dir = Path(trainer_dir).expanduser().absolute() if trainer_dir is not None else None
         if self.trainer_dir is not None and not self.trainer_dir.is_dir():
@@ -253,7 +249,7 @@ class MusubiAdapter(TrainerAdapter):
             "optimizer": optimizer if optimizer in OPTIMIZERS else "adamw",
             "split_attn": has_flag(args, "--split_attn"),
             "batch_size": self._batch_of(baseline),
-            "gradient_accumulation_steps": _int_flag(args, GRAD_ACCUM_FLAG, 1),  # parser_common.py:191-196
+            "gradient_accumulation_steps": int_flag(args, GRAD_ACCUM_FLAG, 1),  # parser_common.py:191-196
         }
 
     def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
@@ -264,7 +260,7 @@ class MusubiAdapter(TrainerAdapter):
         return [n for n in names if n != "optimizer" or optimizer in OPTIMIZERS]
 
     def _swap_of(self, baseline: Baseline) -> int:
-        value = _int_flag(baseline.data["args"], SWAP_FLAG, 0)
+        value = int_flag(baseline.data["args"], SWAP_FLAG, 0)
         return max(0, min(value, swap_maximum(baseline.data["script"], baseline.data["args"])))
 
     def _batch_of(self, baseline: Baseline) -> int:
@@ -429,11 +425,7 @@ class MusubiAdapter(TrainerAdapter):
         changed (comments kept) beside the original, and trains with that one."""
         record = baseline.data
         args, batch = self.knob_args(baseline, params, gradient_accumulation_steps)
-        lines = [
-            "#!/usr/bin/env bash",
-            "# The training command with the winning knobs, written by autotune.",
-            "set -e",
-        ]
+        lines = list(SCRIPT_HEAD)
         if batch != self._batch_of(baseline):
             toml = TomlConfig(record["dataset_text"], record["dataset_path"])
             set_batch_size(toml, batch)
@@ -446,12 +438,7 @@ class MusubiAdapter(TrainerAdapter):
                 HEREDOC,
             ]
             args = set_value_flag(args, DATASET_FLAG, str(target))
-        argv = self._argv(record, args, max(1, baseline.num_gpus))
-        secret = [k for k in record["env"] if is_secret_name(k)]
-        if secret:
-            lines.append(f"# Not written here (secrets): export {', '.join(secret)} before running.")
-        env = env_prefix(record["env"])
-        lines.append(f"cd {shlex.quote(record['cwd'])} && " + (env + " " if env else "") + _wrap_argv(argv))
+        lines += command_lines(record, self._argv(record, args, max(1, baseline.num_gpus)))
         return "\n".join(lines) + "\n"
 
     def training_command(
@@ -469,14 +456,6 @@ def _precision(args: Sequence[str]) -> str:
     if has_flag(args, "--fp8_base"):
         return "fp8_scaled" if has_flag(args, "--fp8_scaled") else "fp8"
     return "bf16"
-
-
-def _int_flag(args: Sequence[str], flag: str, default: int) -> int:
-    value = flag_value(args, flag)
-    try:
-        return int(value) if value is not None else default
-    except ValueError:
-        raise ConfigError(f"{flag} must be a whole number; the baseline command has {value!r}") from None
 
 
 def _split_heredoc(text: str, source: str) -> tuple[str, str | None]:

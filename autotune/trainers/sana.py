@@ -36,13 +36,14 @@ from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec, check_program, env_prefix, is_secret_name, redacted_env
+from autotune.execution.launch import LaunchSpec, env_prefix, is_secret_name, redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
     hook_option,
+    launcher_option,
     merge_metrics,
     metrics_env,
     read_trial_record,
@@ -162,14 +163,7 @@ class SanaAdapter(TrainerAdapter):
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "hook"))
-        launcher = options.get("launcher")
-        if launcher is not None and (isinstance(launcher, str) or not launcher):
-            raise UsageError(f"launcher must be a non-empty list of strings; got {launcher!r}")
-        self.launcher: list[str] | None = (
-            [check_program(str(launcher[0]), "trainer python"), *(str(a) for a in launcher[1:])]
-            if launcher
-            else None
-        )
+        self.launcher: list[str] | None = launcher_option(options)
         self.hook = hook_option(options, self.name)
 
     def load_baseline(self, config: Path | None) -> Baseline:
@@ -203,9 +197,9 @@ class SanaAdapter(TrainerAdapter):
             "offload": has_flag(args, BOOL_FLAGS["offload"]),
             "cache_latents": has_flag(args, BOOL_FLAGS["cache_latents"]),
             "optimizer": "adamw8bit" if has_flag(args, ADAM8_FLAG) else "adamw",
-            "batch_size": _int_flag(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
+            "batch_size": int_flag(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
             "gradient_checkpointing": has_flag(args, BOOL_FLAGS["gradient_checkpointing"]),
-            "gradient_accumulation_steps": _int_flag(
+            "gradient_accumulation_steps": int_flag(
                 args, GRAD_ACCUM_FLAG, SCRIPT_DEFAULTS["gradient_accumulation_steps"]
             ),
         }
@@ -261,7 +255,7 @@ class SanaAdapter(TrainerAdapter):
             encoding="utf-8",
         )
         (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
-        batch = _int_flag(args, BATCH_FLAG, 1)
+        batch = int_flag(args, BATCH_FLAG, 1)
         gpus = max(1, baseline.num_gpus)
         write_trial_record(
             trial_dir,
@@ -311,18 +305,7 @@ class SanaAdapter(TrainerAdapter):
         record = baseline.data
         args = self.knob_args(baseline, params, gradient_accumulation_steps)
         argv = self._argv(record, args, max(1, baseline.num_gpus))
-        lines = [
-            "#!/usr/bin/env bash",
-            "# The training command with the winning knobs, written by autotune.",
-            "set -e",
-        ]
-        head = f"cd {shlex.quote(record['cwd'])} && "
-        secret = [k for k in record["env"] if is_secret_name(k)]
-        if secret:  # never written: the script reads them from the environment it runs in
-            lines.append(f"# Not written here (secrets): export {', '.join(secret)} before running.")
-        env = env_prefix(record["env"])
-        body = _wrap_argv(argv)
-        lines.append(head + (env + " " if env else "") + body)
+        lines = [*SCRIPT_HEAD, *command_lines(record, argv)]
         return "\n".join(lines) + "\n"
 
     def training_command(
@@ -336,7 +319,28 @@ class SanaAdapter(TrainerAdapter):
         return f"bash {shlex.quote(str(config_path))}"
 
 
-def _int_flag(args: Sequence[str], flag: str, default: int) -> int:
+#: The first lines of a winning command written as a script (``final_config``).
+SCRIPT_HEAD = (
+    "#!/usr/bin/env bash",
+    "# The training command with the winning knobs, written by autotune.",
+    "set -e",
+)
+
+
+def command_lines(record: dict[str, Any], argv: Sequence[str]) -> list[str]:
+    """The script's lines that run ``argv`` in the record's folder with its environment; secrets are
+    never written (a comment names them: the script reads them from the environment it runs in)."""
+    lines = []
+    secret = [k for k in record["env"] if is_secret_name(k)]
+    if secret:
+        lines.append(f"# Not written here (secrets): export {', '.join(secret)} before running.")
+    env = env_prefix(record["env"])
+    lines.append(f"cd {shlex.quote(record['cwd'])} && " + (env + " " if env else "") + _wrap_argv(argv))
+    return lines
+
+
+def int_flag(args: Sequence[str], flag: str, default: int) -> int:
+    """A whole-number flag's value in the command (``default`` when absent)."""
     value = flag_value(args, flag)
     try:
         return int(value) if value is not None else default
