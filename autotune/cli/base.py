@@ -24,33 +24,22 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
 
 
-def vram_gb(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--vram-gb wants the card's memory in GB as a number, like 48 or 79.6; got {text!r}"
-        ) from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"--vram-gb must be a positive number of GB; got {text!r}")
-    return value
-
-
-def gb_amount(flag: str) -> Callable[[str], float]:
-    """A positive number of GB for ``flag`` (``--host-ram-gb 64``)."""
+def gb_amount(flag: str, wants: str = "a number of GB, like 64 or 125.5") -> Callable[[str], float]:
+    """A positive number of GB for ``flag`` (``--vram-gb 48``, ``--host-ram-gb 64``)."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{flag} wants a number of GB, like 64 or 125.5; got {text!r}"
-            ) from None
-        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{flag} wants {wants}; got {text!r}") from None
+        if not value > 0 or value == float("inf"):  # NaN is not > 0 either
             raise argparse.ArgumentTypeError(f"{flag} must be a positive number of GB; got {text!r}")
         return value
 
     return parse
+
+
+vram_gb = gb_amount("--vram-gb", "the card's memory in GB as a number, like 48 or 79.6")
 
 
 def positive_int(flag: str) -> Callable[[str], int]:
