@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from autotune.core.metrics import TrialMetrics
-from autotune.core.outcome import Outcome, OutcomeReason, classify, explain, parse_oom
+from autotune.core.outcome import Outcome, OutcomeReason, explain, parse_oom
 from autotune.errors import LaunchError
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.proctree import is_alive
@@ -54,15 +54,7 @@ def read_metrics(result: RunResult) -> TrialMetrics | None:
 
 
 def outcome_of(result: RunResult) -> Outcome:
-    return classify(
-        result.returncode,
-        result.signal,
-        timed_out=result.timed_out,
-        stalled=result.stalled,
-        interrupted=result.interrupted,
-        output=result.output_tail,
-        metrics=read_metrics(result),
-    )
+    return explain_of(result, host_over_gb=None).outcome
 
 
 def explain_of(result: RunResult, host_over_gb: float | None) -> OutcomeReason:
