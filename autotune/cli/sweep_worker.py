@@ -209,7 +209,10 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "NAME=int:LO..HI is every integer from LO to HI, a larger one needing more memory (int:HI..LO when "
         "a larger one needs less); NAME=count:MAX is a count offloaded to host RAM (blocks swapped, "
         "MAX..0) and NAME=fraction[:STEP] a share offloaded (1.0..0.0): their coarse grid runs first, is "
-        "refined near the best, and more of either costs host RAM (--host-ram-gb). Use it as {NAME} in --cmd, or as key "
+        "refined near the best, and more of either costs host RAM (--host-ram-gb); NAME=flag is a switch "
+        "with no value (store_true): {NAME} is --NAME (or the text of NAME=flag:--the-flag) or no argument "
+        "at all, present first (it saves memory), absent first with NAME=flag:--the-flag:costs (a flag that "
+        "costs memory, like --ema). Every kind holds at most 256 values. Use it as {NAME} in --cmd, or as key "
         "NAME (dotted for nested) in --config, which also gives the baseline's value (else the first)",
     )
     p.add_argument(

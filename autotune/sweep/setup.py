@@ -134,6 +134,8 @@ def plan_sweep(
     declared = declared_knobs(opts)
     if declared:
         options["knobs"] = [k.name for k in declared]
+        if flags := {k.name: k.flag for k in declared if k.flag is not None}:
+            options["flags"] = flags
     hook = {"hook": opts.hook} if adapter_class(opts.trainer).takes_hook and "hook" not in options else {}
     adapter = get_adapter(opts.trainer, **options, **hook)
     baseline = adapter.load_baseline(opts.config)

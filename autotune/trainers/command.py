@@ -128,6 +128,35 @@ def _declared_names(option: Any) -> tuple[str, ...]:
     return names
 
 
+def _lone_placeholder(element: str) -> str | None:
+    """The name when ``element`` is exactly one ``{name}`` and nothing else."""
+    if element.startswith("{") and element.endswith("}") and element[1:-1].isidentifier():
+        return element[1:-1]
+    return None
+
+
+def _flag_texts(option: Any, declared: Sequence[str], argv: Sequence[str]) -> dict[str, str]:
+    """The ``flags`` option: declared flag knobs (``--knob NAME=flag``) -> the switch's text. Each
+    must stand alone as an argument of the template, so that false can drop it."""
+    if option is None:
+        return {}
+    if not isinstance(option, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in option.items()
+    ):
+        raise UsageError(f"the command adapter's 'flags' option must map knob names to flags, got {option!r}")
+    for name in option:
+        if name not in declared:
+            raise UsageError(f"flag knob {name!r} is not among the declared knobs ({', '.join(declared)})")
+        inside = [e for e in argv if "{" + name + "}" in e and _lone_placeholder(e) != name]
+        if inside:
+            raise UsageError(
+                f"--knob {name}=flag: {{{name}}} is part of the template argument {inside[0]!r}; a flag "
+                f"knob is a whole argument (it becomes the flag or nothing): write it as a separate word "
+                f"{{{name}}}"
+            )
+    return dict(option)
+
+
 def _has_key(data: Any, key: str) -> bool:
     missing = object()
     return isinstance(data, Mapping) and get_dotted(data, key, missing) is not missing
@@ -138,7 +167,9 @@ class CommandAdapter(TrainerAdapter):
     folder), ``config_keys`` (param -> dotted key in the config, also for ``steps`` and
     ``gradient_accumulation_steps``), ``hook`` (inject the trial-side hook: step times, memory,
     losses, real batches, the ``--vram-gb`` card; default on), ``knobs`` (names declared with
-    ``--knob``: placeholders too, and config keys where the baseline config has them)."""
+    ``--knob``: placeholders too, and config keys where the baseline config has them), ``flags``
+    (declared flag knobs -> the switch, e.g. ``{"ckpt": "--grad-checkpointing"}``: ``{ckpt}`` is it when
+    true and no argument at all when false)."""
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
@@ -147,7 +178,7 @@ class CommandAdapter(TrainerAdapter):
     takes_hook: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("template", "cwd", "config_keys", "hook", "knobs"))
+        take_options(options, self.name, ("template", "cwd", "config_keys", "hook", "knobs", "flags"))
         template = options.get("template")
         if not isinstance(template, str) or not template.strip():
             raise UsageError(
@@ -157,6 +188,7 @@ class CommandAdapter(TrainerAdapter):
         self.argv, self.script_env, script_cwd = read_template(template)
         self.template = template
         self.declared = _declared_names(options.get("knobs"))
+        self.flags = _flag_texts(options.get("flags"), self.declared, self.argv)
         known = [*KNOBS, *self.declared, *EXTRA_PLACEHOLDERS]
         unknown = sorted(set(placeholders(self.argv)) - set(known))
         if unknown:
@@ -274,7 +306,15 @@ class CommandAdapter(TrainerAdapter):
 
     def _fill(self, values: Mapping[str, Any]) -> list[str]:
         filled = _Values({k: _text(v) for k, v in values.items()})
-        return [element.format_map(filled) for element in self.argv]
+        out: list[str] = []
+        for element in self.argv:
+            flag = _lone_placeholder(element)
+            if flag in self.flags and flag in values:  # a switch: its text when true, nothing when false
+                if values[flag] is True:
+                    out.append(self.flags[flag])
+                continue
+            out.append(element.format_map(filled))
+        return out
 
     def launch_folder(self) -> Path | None:
         return self.cwd
