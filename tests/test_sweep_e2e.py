@@ -401,7 +401,7 @@ def test_max_trials_and_budget_count_across_resumes(tmp_path: Path) -> None:
     assert _sweep(tmp_path, "--max-trials", "2").returncode == 0
     assert len(_launches(tmp_path)) == 2
     run = _sweep(tmp_path, "--max-trials", "4")
-    assert run.returncode == 0 and "max-trials (4) reached after 4 trial(s)" in run.stdout
+    assert run.returncode == 0 and "max-trials (4) reached after 4 trial(s) finished" in run.stdout
     assert len(_launches(tmp_path)) == 4
     run = _sweep(tmp_path, "--budget", "0.1s")  # far less than the trial time already spent
     assert run.returncode == 0 and "budget (0.1s) spent" in run.stdout

@@ -321,7 +321,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_INTERRUPTED
     out = sys.stdout
-    print(f"sweep {result.study}: {result.stop_reason} after {result.trials_run} trial(s)", file=out)
+    interrupted = (
+        f" (+{result.trials_interrupted} interrupted, run again, not counted)"
+        if result.trials_interrupted
+        else ""
+    )
+    print(
+        f"sweep {result.study}: {result.stop_reason} after {result.trials_run} trial(s) finished{interrupted}",
+        file=out,
+    )
     if result.best_trial is None:
         print("no config finished and fit with the headroom asked for", file=out)
     else:

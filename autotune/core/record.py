@@ -12,7 +12,7 @@ typed properties only say ``None`` where a value is missing or of the wrong type
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -277,3 +277,40 @@ class TrialRecord:
     def process_mark(self) -> str | None:
         value = self.attrs.get("process_mark")
         return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class TrialCounts:
+    """How many trials a study has run: the one count every view says (the sweep's last line,
+    ``status``, the report), with one meaning.
+
+    ``finished``: finished trials that are results (ok or failed for the candidate's sake), which is
+    what ``--max-trials`` counts; ``outcomes`` breaks exactly those down (it sums to ``finished``).
+    ``interrupted``: trials cut short by Ctrl-C or a dead orchestrator, not the candidate's fault and
+    run again, so never counted as finished; shown beside the count when there are any.
+    """
+
+    finished: int
+    interrupted: int
+    outcomes: dict[str, int]
+
+    def phrase(self) -> str:
+        """``9 trials finished`` or ``9 trials finished (+2 interrupted, run again)``."""
+        text = f"{self.finished} trial{'' if self.finished == 1 else 's'} finished"
+        return text + (f" (+{self.interrupted} interrupted, run again)" if self.interrupted else "")
+
+
+def count_trials(records: Iterable[TrialRecord]) -> TrialCounts:
+    """The counts of ``records`` (every trial of the study; running and waiting ones are left out)."""
+    outcomes: dict[str, int] = {}
+    finished = interrupted = 0
+    for r in records:
+        if r.state not in ("complete", "fail", "pruned"):
+            continue
+        if r.is_interrupted:
+            interrupted += 1
+            continue
+        finished += 1
+        key = r.outcome or r.state
+        outcomes[key] = outcomes.get(key, 0) + 1
+    return TrialCounts(finished, interrupted, dict(sorted(outcomes.items())))

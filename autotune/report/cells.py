@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotune.core.units import format_gb
 from autotune.core.verdict import fit_limit_gb
 from autotune.report.model import (
     WINNER_UNMEASURED,
@@ -30,7 +31,7 @@ def _card_line(r: Report) -> str:
     if isinstance(count, int) and count > 1:
         text += f" × {count}"
     if r.card_gb is not None:
-        text += f", {_gb(r.card_gb)} GiB"
+        text += f", {format_gb(r.card_gb, 'GiB')}"  # a small emulated card in MiB
     if c.get("tier"):
         text += f" (tier {c['tier']})"
     return text
@@ -46,6 +47,8 @@ def _measure_line(row: TrialRow) -> str:
 def _progress(r: Report) -> str:
     ok = sum(t.outcome == "ok" for t in r.trials)
     text = f"{_trials(r.finished)} finished ({ok} ok, {r.finished - ok} failed), {r.running} running"
+    if r.interrupted:
+        text += f", {r.interrupted} interrupted (run again, not counted)"
     if r.ruled_out:
         text += f", {len(r.ruled_out)} ruled out without running"
     return text

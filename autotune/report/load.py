@@ -12,6 +12,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.knobs import trainer_fidelity
+from autotune.core.record import TrialRecord, count_trials
 from autotune.core.space import same_param
 from autotune.errors import AutotuneError
 from autotune.report.model import (
@@ -39,6 +40,7 @@ from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
 from autotune.report.winning import adapter_for, add_command
+from autotune.store.study import card_gb_of
 from autotune.trainers import TrainerAdapter, adapter_class
 
 
@@ -101,6 +103,8 @@ def build_report(
     base: dict[str, Any] = dict(sattrs.get("baseline_params") or {})
     trainer = str(settings.get("trainer") or "unknown")
     card = dict(settings.get("card") or {})
+    if (exact := card_gb_of(sattrs)) is not None:
+        card["vram_gb"] = exact  # the settings keep 0.01 GB: a small emulated card needs its bytes
     if not _tiered(trainer):  # the VRAM tiers are the LTX-2 trainer's; a tier means nothing to others
         card.pop("tier", None)
     headroom = settings.get("headroom")
@@ -113,6 +117,7 @@ def build_report(
     fidelity: dict[str, Any] = dict(trainer_fidelity(trainer, knobs))
 
     trials = study.get_trials(deepcopy=False)
+    counts = count_trials(TrialRecord.from_trial(t) for t in trials)
     rows = [row_from_trial(t, base, knobs, baseline_number) for t in trials]
     by_number = {r.number: r for r in rows}
     baseline = by_number.get(baseline_number) if baseline_number is not None else None
@@ -144,7 +149,8 @@ def build_report(
         best=None,
         speedup=None,
         warnings=[],
-        finished=sum(r.state in ("complete", "fail", "pruned") for r in rows),
+        finished=counts.finished,
+        interrupted=counts.interrupted,
         running=sum(r.state == "running" for r in rows),
     )
     for item in sattrs.get("ruled_out") or []:

@@ -77,6 +77,8 @@ class Report:
     warnings: list[str]
     finished: int
     running: int
+    #: Trials cut short (Ctrl-C, a dead orchestrator) and run again: not in ``finished``.
+    interrupted: int = 0
     command: str | None = None  # launch the full training with the winning config
     best_config_path: str | None = None
     timelines: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # trial -> (t, GiB)

@@ -186,6 +186,7 @@ def result(
     base_no = study.user_attrs.get("baseline_trial")
     base_sps = mean_samples_per_s(study, base_no) if isinstance(base_no, int) else None
     bt = study.trial(best) if best is not None else None
+    counts = study.trial_counts()
     return SweepResult(
         study=name,
         storage=url,
@@ -193,7 +194,8 @@ def result(
         best_params=dict(bt.params) if bt else None,
         best_samples_per_s=mean_samples_per_s(study, bt.number) if bt else None,
         baseline_samples_per_s=base_sps,
-        trials_run=study.counted_trials(),
+        trials_run=counts.finished,
+        trials_interrupted=counts.interrupted,
         stop_reason=why,
         reports=reports,
         wall_s=time.monotonic() - t0,

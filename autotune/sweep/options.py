@@ -117,6 +117,7 @@ class SweepResult:
     reports: list[Path]
     wall_s: float
     best_fit_measured: bool | None = None  # False: the winner is only the fastest (no peak read)
+    trials_interrupted: int = 0  # cut short and run again: not in ``trials_run``
 
 
 # --- options stored on the study, for ``autotune worker`` -------------------------------------------
