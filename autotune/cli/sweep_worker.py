@@ -339,6 +339,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             gain = f", {result.best_samples_per_s / result.baseline_samples_per_s:.2f}x the baseline"
         what = "best" if result.best_fit_measured is not False else "best (fastest; fit not measured)"
         print(f"{what}: trial {result.best_trial}: {result.best_params} at {speed}{gain}", file=out)
+    if result.busy_note:
+        print(f"warning: {result.busy_note}", file=out)
     md = [p for p in result.reports if p.suffix == ".md"]
     if md:
         others = ", ".join(p.name for p in result.reports if p.suffix in (".html", ".json"))

@@ -314,3 +314,25 @@ def count_trials(records: Iterable[TrialRecord]) -> TrialCounts:
         key = r.outcome or r.state
         outcomes[key] = outcomes.get(key, 0) + 1
     return TrialCounts(finished, interrupted, dict(sorted(outcomes.items())))
+
+
+def busy_speed_note(winner: TrialRecord | None, baseline: TrialRecord | None) -> str | None:
+    """The one sentence every view gives (report head and Warnings, the sweep's last lines) when the
+    winner's or the baseline's speed was measured while the host was busy; ``None`` when neither was.
+
+    A busy host slows a trial by whatever else ran, so the speed-up between the two is suspect.
+    """
+    busy = [
+        (role, r)
+        for role, r in (("winner", winner), ("baseline", baseline))
+        if r is not None and r.busy_host is not None
+    ]
+    if winner is not None and baseline is not None and winner.number == baseline.number:
+        busy = busy[:1]
+    if not busy:
+        return None
+    which = " and ".join(f"the {role}'s (trial {r.number}: {r.busy_host})" for role, r in busy)
+    return (
+        f"Measured on a busy host: {which} speed; the speed-up is suspect. Run the sweep again on a "
+        "quiet host (a new study, or --study NAME) to trust it."
+    )

@@ -10,6 +10,7 @@ from autotune.report.model import (
     WINNER_UNMEASURED,
     Report,
     TrialRow,
+    busy_note,
     headroom_left,
     oom_text,
     row_fits,
@@ -42,6 +43,10 @@ def _measure_line(row: TrialRow) -> str:
         f"{_fmt(row.get('samples_per_s'))} samples/s, {_fmt(row.get('step_time_s'))} s/step, "
         f"peak {_gb(row.get('peak_vram_gb'))} GiB"
     )
+
+
+def _busy(row: TrialRow) -> str:
+    return " (HOST BUSY while measured: speed suspect)" if row.get("busy_host") else ""
 
 
 def _progress(r: Report) -> str:
@@ -80,7 +85,9 @@ def summary(r: Report) -> list[tuple[str, str]]:
     if r.baseline is None:
         items.append(("Baseline", "not run yet"))
     elif r.baseline.outcome == "ok":
-        items.append(("Baseline", f"trial {r.baseline.number}: {_measure_line(r.baseline)}"))
+        items.append(
+            ("Baseline", f"trial {r.baseline.number}: {_measure_line(r.baseline)}{_busy(r.baseline)}")
+        )
     else:
         items.append(("Baseline", f"trial {r.baseline.number}: {r.baseline.label} ({reason(r, r.baseline)})"))
     if r.best is None:
@@ -94,7 +101,7 @@ def summary(r: Report) -> list[tuple[str, str]]:
         b = r.best
         what = f"changed: {_changes(b.changed)}" if b.changed else "the baseline config unchanged"
         left = headroom_left(r, b)
-        text = f"trial {b.number} ({config_text(b.params, r.knobs)}; {what}): {_measure_line(b)}"
+        text = f"trial {b.number} ({config_text(b.params, r.knobs)}; {what}): {_measure_line(b)}{_busy(b)}"
         if winner_kind(r) == WINNER_UNMEASURED:  # a speed-up stays, the word "fits" never comes near it
             text = (
                 f"{WINNER_UNMEASURED}: {text} (no peak memory was read: how much of your card it "
@@ -106,7 +113,8 @@ def summary(r: Report) -> list[tuple[str, str]]:
             text += f"; confirmed by a longer run, trial {r.confirmed_by}"
         items.append(("Winner", text))
         if r.speedup is not None:
-            items.append(("Speed-up", f"{r.speedup:.2f}× the baseline's samples/s"))
+            suspect = " (MEASURED ON A BUSY HOST: suspect, see Warnings)" if busy_note(r) else ""
+            items.append(("Speed-up", f"{r.speedup:.2f}× the baseline's samples/s{suspect}"))
     items.append(("Progress", _progress(r)))
     return items
 

@@ -21,6 +21,7 @@ from autotune.report.model import (
     RuledOut,
     TrialRow,
     beaten_on_fidelity,
+    busy_note,
     diff,
     headroom_left,
     knob_names,
@@ -224,6 +225,8 @@ def build_report(
 
 def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any, *, validated: bool = False) -> None:
     best, w = report.best, report.warnings
+    if (busy := busy_note(report)) is not None:
+        w.append(busy)
     if best is None:
         return
     if winner_kind(report) == WINNER_UNMEASURED:

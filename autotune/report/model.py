@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.core import verdict
-from autotune.core.record import KEYS, MEASURES, TrialLike, TrialRecord
+from autotune.core.record import KEYS, MEASURES, TrialLike, TrialRecord, busy_speed_note
 from autotune.core.space import same_param
 from autotune.report.text import gb as _gb
 
@@ -54,6 +54,15 @@ class RuledOut:
     changed: dict[str, tuple[Any, Any]]
     reason: str
     by_trials: list[int]
+
+
+def busy_note(report: Report) -> str | None:
+    """``core.record.busy_speed_note`` for the report's winner and baseline."""
+    best, base = report.best, report.baseline
+    return busy_speed_note(
+        best.record() if best is not None else None,
+        base.record() if base is not None and base.outcome == "ok" else None,
+    )
 
 
 @dataclass
