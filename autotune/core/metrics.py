@@ -28,6 +28,10 @@ class TrialMetrics:
     trainer_peak_device_wide: bool | None = None
     measured_peak_vram_gb: float | None = None
     losses: list[float] = field(default_factory=list)
+    #: Optimizer steps the trial really ran (a script that cannot take ``{steps}`` runs its own length).
+    steps_run: int | None = None
+    #: Steps the step time was taken over (past the warm-up, full batches); few: too short to time.
+    steady_steps: int | None = None
     source: str = ""  # which reader produced them: "ltx2-log", "metrics-file", "hook", ...
 
     @property

@@ -49,6 +49,8 @@ KEYS: dict[str, str] = {
     # what it measured
     "step_time_s": "steady-state seconds per optimizer step",
     "step_time_spread_s": "spread of the step time",
+    "steps_run": "optimizer steps it really ran (a script without {steps} runs its own length)",
+    "steady_steps": "steps its step time was taken over (past the warm-up, full batches)",
     "spread_unknown": "true when the speed is one figure (a trainer's average): no spread was measured",
     "samples_per_s": "throughput",
     "peak_vram_gb": "the judged peak: the larger of the trainer's and ours",
@@ -69,6 +71,8 @@ MEASURES = (
     "step_time_s",
     "step_time_spread_s",
     "spread_unknown",
+    "steps_run",
+    "steady_steps",
     "samples_per_s",
     "peak_vram_gb",
     "trainer_peak_vram_gb",

@@ -15,6 +15,22 @@ from collections.abc import Sequence
 WARMUP_STEPS = 20
 
 
+#: Fewer steady (post-warm-up) steps than this and a step time is rough: the trial says it was too
+#: short to time, and its spread is widened to at least half the range of what it has.
+MIN_STEADY_STEPS = 8
+
+
+def too_short_text(steady: int, run: int | None) -> str | None:
+    """``too short to time: 6 steady steps of 14 run (8 needed)``; ``None`` when there are enough."""
+    if steady >= MIN_STEADY_STEPS:
+        return None
+    of = f" of {run} run" if run is not None else ""
+    return (
+        f"too short to time: {steady} steady step{'' if steady == 1 else 's'}{of} ({MIN_STEADY_STEPS} "
+        "needed past the warm-up); its speed is rough, the spread says how rough"
+    )
+
+
 def finite(values: Sequence[float]) -> list[float]:
     return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
 
@@ -25,7 +41,9 @@ def warmup_count(n: int, window: int = WARMUP_STEPS) -> int:
 
 
 def steady_state(samples: Sequence[float], skip: int) -> tuple[float | None, float | None]:
-    """Median of ``samples[skip:]`` and its spread (half the IQR from 4 samples, else the stdev).
+    """Median of ``samples[skip:]`` and its spread (half the IQR from 4 samples, else the stdev;
+    below ``MIN_STEADY_STEPS`` samples at least half their range, so a short window's spread is
+    never smaller than what it saw).
 
     With nothing left after ``skip`` the warm-up samples are used rather than
     nothing: a rough number beats none, and the spread then shows it.
@@ -42,6 +60,8 @@ def steady_state(samples: Sequence[float], skip: int) -> tuple[float | None, flo
         spread = statistics.stdev(steady)
     else:
         spread = None
+    if spread is not None and len(steady) < MIN_STEADY_STEPS:
+        spread = max(spread, (max(steady) - min(steady)) / 2)
     return median, spread
 
 

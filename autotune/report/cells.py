@@ -139,6 +139,9 @@ def reason(r: Report, row: TrialRow) -> str:
             parts.append(
                 f"host RAM peak{shown} above the host line (--host-ram-gb less the headroom): does not fit"
             )
+    run = row.get("steps_run")
+    if isinstance(run, int) and row.outcome == "ok" and isinstance(r.steps, int) and run != r.steps:
+        parts.append(f"ran {run} steps (the script's own length), not the {r.steps} asked")
     if row.get("busy_host"):
         if row.outcome == "ok":
             parts.append(f"HOST BUSY while it ran, its speed is suspect: {row.get('busy_host')}")

@@ -211,6 +211,8 @@ class SweepSession:
             )
         if card.emulation:
             self.progress.line(f"card {card.emulation}")
+        if (steps_warning := plan.adapter.steps_warning(plan.baseline, plan.steps)) is not None:
+            self.progress.line(steps_warning)
         return scheduler, claimed
 
     def _conclude(

@@ -397,10 +397,12 @@ def emulation_note(adapter: TrainerAdapter, gb: float, gpus: Sequence[tuple[int,
             "not emulated: no GPU and the trial-side hook is off (--no-hook), so nothing limits or "
             "measures the trials' memory; fit is judged only from what the trainer reports itself"
         )
-    return (
-        f"counted: {who} counts live tensor storage on CPU and raises torch's OutOfMemoryError past "
-        f"{format_gb(gb)}"
+    what = (
+        "live tensor storage"
+        if adapter.emulates_vram
+        else "the tensor storage a GPU run would hold on the device (not host-held data such as a dataset in CPU tensors)"
     )
+    return f"counted: {who} counts {what} on CPU and raises torch's OutOfMemoryError past {format_gb(gb)}"
 
 
 def gate(opts: SweepOptions, adapter: TrainerAdapter, card: Card) -> None:

@@ -316,6 +316,21 @@ class CommandAdapter(TrainerAdapter):
             out.append(element.format_map(filled))
         return out
 
+    def steps_warning(self, baseline: Baseline, steps: int) -> str | None:
+        """No ``{steps}`` in the template and no steps key in the ``{config}`` it passes: each
+        trial runs the script's own length. Said before the first trial, not found out after."""
+        used = set(placeholders(self.argv))
+        if "steps" in used:
+            return None
+        if "config" in used and (not baseline.text or "steps" in self._keys(baseline)):
+            return None  # the rendered config carries the step count
+        return (
+            f"warning: the command template has no {{steps}}: trials cannot be told to run {steps} steps, "
+            "so each runs the script's own length (its epochs or step count); the steps each really ran "
+            "are recorded, and a trial with too few steady steps to time says so. Pass the count through "
+            "{steps} (e.g. --max-steps {steps}) to time every trial alike."
+        )
+
     def launch_folder(self) -> Path | None:
         return self.cwd
 

@@ -94,7 +94,7 @@ def effective_batch_of(record: Mapping[str, Any]) -> int | None:
 
 
 #: Fields that travel with ``step_time_s`` in a merge: they describe the same series of steps.
-_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s")
+_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s", "steady_steps")
 
 
 def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:

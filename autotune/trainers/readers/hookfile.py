@@ -78,8 +78,10 @@ def read_hook_file(path: Path) -> TrialMetrics:
         longest: list[_Step] = max(steps.values(), key=len)
         series = sorted(longest, key=lambda s: s.step)
         metrics.step_times_s = [s.time_s for s in series]
-        times = [s.time_s for s in _steady(series)]
+        times = [s.time_s for s in _full_batches(_steady(series))]
         metrics.step_time_s, metrics.step_time_spread_s = steady_state(times, 0)
+        metrics.steps_run = len(series)
+        metrics.steady_steps = len(times)
         metrics.samples_per_s = _samples_per_s(steps.values())
     if peaks:
         metrics.measured_peak_vram_gb = max(peaks)
@@ -91,6 +93,14 @@ def _steady(series: list[_Step]) -> list[_Step]:
     """The steps past the warm-up window, without those the emulated card counted (unless that is all)."""
     plain = [s for s in series if not s.counted] or series
     return plain[warmup_count(len(plain)) :] or plain
+
+
+def _full_batches(steady: list[_Step]) -> list[_Step]:
+    """The step time's window: ``steady`` without partial batches where the data loader's counts
+    show them (an epoch's last, shorter batch is a fast step, not the config's speed). Samples/s
+    keeps them: they are part of what the data really yields."""
+    full = max((s.samples for s in steady if s.samples is not None), default=None)
+    return [s for s in steady if s.samples is None or s.samples == full] or steady
 
 
 def _samples_per_s(all_series: Any) -> float | None:
