@@ -170,7 +170,7 @@ class TrialExecutor:
         record = TrialRecord(trial.number, attrs=attrs_end)
         value = record.samples_per_s if record.is_ok else None
         finished = scheduler.finish_trial(trial, attrs_end, value)
-        self.progress.trial_finished(trial.number, summary(attrs_end))
+        self.progress.trial_finished(trial.number, summary({**dict(trial.user_attrs), **attrs_end}))
         if (no_peak := first_without_peak(study, trial.number, attrs_end)) is not None:
             self.progress.line(no_peak)
         self._update_best_line()
