@@ -86,3 +86,13 @@ def test_a_large_card_stays_in_gib() -> None:
     report.card = {"name": "NVIDIA A6000", "vram_gb": 47.99}
     svg = htmlpage.speed_chart(report)
     assert svg is not None and "peak VRAM (GiB)" in svg and "card 47.99 GiB" in svg
+
+
+def test_the_report_head_shows_a_small_cards_figures_in_mib() -> None:
+    from autotune.report.cells import summary
+
+    rows = [_row(0, 8.0, 10.0, is_baseline=True), _row(1, 14.0, 20.0, is_best=True)]
+    head = dict(summary(_report(rows)))
+    assert head["Card"] == "emulated 16.4 MiB card (CPU), 16.4 MiB"
+    assert "peak 8.0 MiB" in head["Baseline"]
+    assert "peak 14.0 MiB" in head["Winner"] and "2.4 MiB left" in head["Winner"]

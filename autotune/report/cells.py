@@ -41,8 +41,13 @@ def _card_line(r: Report) -> str:
 def _measure_line(row: TrialRow) -> str:
     return (
         f"{_fmt(row.get('samples_per_s'))} samples/s, {_fmt(row.get('step_time_s'))} s/step, "
-        f"peak {_gb(row.get('peak_vram_gb'))} GiB"
+        f"peak {_size(row.get('peak_vram_gb'))}"
     )
+
+
+def _size(gb: object) -> str:
+    """A memory figure in the report's prose: GiB, or MiB below 1 GiB (a small emulated card)."""
+    return format_gb(gb, "GiB") if isinstance(gb, (int, float)) else "— GiB"
 
 
 def _busy(row: TrialRow) -> str:
@@ -108,7 +113,7 @@ def summary(r: Report) -> list[tuple[str, str]]:
                 "needs is not known)"
             )
         elif left is not None:
-            text += f", {_gb(left)} GiB left"
+            text += f", {_size(left)} left"
         if r.confirmed_by is not None:
             text += f"; confirmed by a longer run, trial {r.confirmed_by}"
         items.append(("Winner", text))
@@ -131,7 +136,7 @@ def reason(r: Report, row: TrialRow) -> str:
         peak = row.get("peak_vram_gb")
         device_over = peak is not None and r.limit_gb is not None and peak > r.limit_gb
         if device_over or not host_over:
-            limit = f" ({_gb(r.limit_gb)} GiB)" if r.limit_gb is not None else ""
+            limit = f" ({_size(r.limit_gb)})" if r.limit_gb is not None else ""
             parts.append(f"peak above the headroom limit{limit}: does not fit")
         if host_over:
             host = row.get("peak_host_rss_gb")

@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config.knobs import trainer_fidelity
 from autotune.core.record import TrialRecord, count_trials
 from autotune.core.space import same_param
+from autotune.core.units import format_gb
 from autotune.errors import AutotuneError
 from autotune.report.model import (
     WINNER_UNMEASURED,
@@ -38,7 +39,6 @@ from autotune.report.phases import (
     validation_skipped,
 )
 from autotune.report.text import fmt as _fmt
-from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
 from autotune.report.winning import adapter_for, add_command
 from autotune.store.study import card_gb_of
@@ -247,8 +247,8 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any, *, val
     w.extend(_adapter_notes(report))
     left = headroom_left(report, best)
     keep = (
-        f" It leaves {_gb(left)} GiB of the {_gb(report.card_gb)} GiB card free; keep that headroom."
-        if left is not None
+        f" It leaves {format_gb(left, 'GiB')} of the {format_gb(report.card_gb, 'GiB')} card free; keep that headroom."
+        if left is not None and report.card_gb is not None
         else ""
     )
     if validation_skipped(report):
