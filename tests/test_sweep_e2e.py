@@ -474,7 +474,7 @@ def test_status_from_another_process_during_a_sweep(tmp_path: Path) -> None:
     assert answers >= 2 and seen_running
     text = subprocess.run(status_argv[:-1], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert text.returncode == 0
-    assert "trials: 4 done" in text.stdout and "best: trial" in text.stdout and "report:" in text.stdout
+    assert "trials: 4 finished" in text.stdout and "best: trial" in text.stdout and "report:" in text.stdout
 
 
 def test_effective_batch_kept_by_lowering_accumulation_and_forbidden_past_it(tmp_path: Path) -> None:
