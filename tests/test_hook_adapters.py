@@ -15,8 +15,8 @@ from autotune.sweep.options import SweepOptions, options_from_attr, options_to_a
 from autotune.sweep.setup import emulation_note, pick_card
 from autotune.trainers import adapter_class, adapter_names, get_adapter
 from autotune.trainers.base import Baseline
-from autotune.trainers.common import hook_dir
-from autotune.trainers.readers.hookfile import read_hook_file
+from autotune.trainers.kit.common import hook_dir
+from autotune.trainers.kit.readers.hookfile import read_hook_file
 from tests.conftest import FAKES
 from tests.fake_nvml import FakeNvml
 

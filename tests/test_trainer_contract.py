@@ -17,7 +17,7 @@ from autotune.config.yamlconf import load_yaml_file
 from autotune.errors import ConfigError, UnknownTrainerError, UsageError
 from autotune.gpu.tiers import classify
 from autotune.trainers import Baseline, TrainerAdapter, adapter_class, adapter_names, get_adapter
-from autotune.trainers.readers.metricsfile import METRICS_ENV
+from autotune.trainers.kit.readers.metricsfile import METRICS_ENV
 from tests.conftest import FAKES
 
 LTX2_LIKE = """\

@@ -13,7 +13,7 @@ import pytest
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers import get_adapter
-from autotune.trainers.sana import (
+from autotune.trainers.sana.adapter import (
     SanaAdapter,
     drop_value_flag,
     flag_value,

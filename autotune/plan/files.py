@@ -19,7 +19,7 @@ from autotune.config.yamlconf import RoundTripConfig
 from autotune.errors import AutotuneError, UsageError
 from autotune.gpu.tiers import TierInfo
 from autotune.trainers import TrainerAdapter
-from autotune.trainers.ltx2_data import data_sources
+from autotune.trainers.ltx2.data import data_sources
 
 #: Where the LTX-2 trainer package sits inside the LTX-2 repository.
 LTX2_PACKAGE = Path("packages") / "ltx-trainer"

@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.errors import UnknownTrainerError
-from autotune.trainers.aitoolkit import AiToolkitAdapter
+from autotune.trainers.aitoolkit.adapter import AiToolkitAdapter
 from autotune.trainers.base import TrainerAdapter
-from autotune.trainers.command import CommandAdapter
-from autotune.trainers.dpipe import DiffusionPipeAdapter
-from autotune.trainers.ltx2 import Ltx2Adapter
-from autotune.trainers.musubi import MusubiAdapter
-from autotune.trainers.reference import ReferenceAdapter
-from autotune.trainers.sana import SanaAdapter
+from autotune.trainers.command.adapter import CommandAdapter
+from autotune.trainers.dpipe.adapter import DiffusionPipeAdapter
+from autotune.trainers.ltx2.adapter import Ltx2Adapter
+from autotune.trainers.musubi.adapter import MusubiAdapter
+from autotune.trainers.reference.adapter import ReferenceAdapter
+from autotune.trainers.sana.adapter import SanaAdapter
 
 #: Trainer name -> adapter class.
 ADAPTERS: dict[str, type[TrainerAdapter]] = {

@@ -34,7 +34,7 @@ from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
-from autotune.trainers.common import (
+from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
@@ -49,10 +49,10 @@ from autotune.trainers.common import (
     take_options,
     write_trial_record,
 )
-from autotune.trainers.ltx2 import finish_metrics, read_output
-from autotune.trainers.readers.aitklog import read_aitk_output
-from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.readers.aitklog import read_aitk_output
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.ltx2.adapter import finish_metrics, read_output
 
 #: Everything the trainer reads lives in the first process of the job (config/examples/*.yaml).
 PROCESS = "config.process.0"

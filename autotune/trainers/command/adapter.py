@@ -42,7 +42,7 @@ from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, env_prefix
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
-from autotune.trainers.common import (
+from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
@@ -55,7 +55,12 @@ from autotune.trainers.common import (
     take_options,
     write_trial_record,
 )
-from autotune.trainers.ltx2 import (
+from autotune.trainers.kit.readers.chain import printed_readings
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.ltx2log import parse_ltx2_output
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.readers.runblock import real_batch
+from autotune.trainers.ltx2.adapter import (
     GRAD_ACCUM_KEY,
     KNOB_KEYS,
     STEPS_KEY,
@@ -64,11 +69,6 @@ from autotune.trainers.ltx2 import (
     hook_env,
     read_output,
 )
-from autotune.trainers.readers.chain import printed_readings
-from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.readers.ltx2log import parse_ltx2_output
-from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
-from autotune.trainers.readers.runblock import real_batch
 
 KNOBS = ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
 EXTRA_PLACEHOLDERS = ("config", "steps", "gradient_accumulation_steps", "trial_dir")

@@ -13,7 +13,7 @@ Facts from the trainer's source at 8f83dbf (``train.py`` unless named):
   train.py:97-101, 587-598), ``[optimizer] type`` (case-insensitive, train.py:654-697),
   ``micro_batch_size_per_gpu`` (default 1, train.py:396-400) and ``gradient_accumulation_steps``
   (default 1, train.py:425).
-The short-run recipe lives in ``dpipe_recipe``, the largest data bucket in ``dpipe_data``; the
+The short-run recipe lives in ``dpipe.recipe``, the largest data bucket in ``dpipe.data``; the
 numbers come from DeepSpeed's step lines (``readers/dslog``) and the hook.
 """
 
@@ -29,7 +29,20 @@ from autotune.core.metrics import TrialMetrics
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
-from autotune.trainers.common import (
+from autotune.trainers.dpipe.data import keep_largest_bucket
+from autotune.trainers.dpipe.models import (
+    BLOCK_SWAP_MODELS,
+    CHECKPOINTING,
+    DTYPES,
+    TRANSFORMER_DTYPE_MODELS,
+    swap_limit,
+)
+from autotune.trainers.dpipe.recipe import (
+    CONFIG_NAME,
+    DATASET_NAME,
+    recipe_edits,
+)
+from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
@@ -44,23 +57,10 @@ from autotune.trainers.common import (
     take_options,
     write_trial_record,
 )
-from autotune.trainers.dpipe_data import keep_largest_bucket
-from autotune.trainers.dpipe_models import (
-    BLOCK_SWAP_MODELS,
-    CHECKPOINTING,
-    DTYPES,
-    TRANSFORMER_DTYPE_MODELS,
-    swap_limit,
-)
-from autotune.trainers.dpipe_recipe import (
-    CONFIG_NAME,
-    DATASET_NAME,
-    recipe_edits,
-)
-from autotune.trainers.ltx2 import finish_metrics, read_output
-from autotune.trainers.readers.dslog import read_deepspeed_steps
-from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.ltx2.adapter import finish_metrics, read_output
 
 #: Study param -> the config key it sets (dotted: ``model.transformer_dtype`` is ``[model]``'s).
 KNOB_KEYS: dict[str, str] = {

@@ -13,8 +13,8 @@ from typing import Any
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import check_program
-from autotune.trainers.readers.hookfile import HOOK_FILE_NAME
-from autotune.trainers.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME
+from autotune.trainers.kit.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
 
 #: What an adapter writes beside the trial's config so ``read_metrics`` knows the batch.
 TRIAL_RECORD = "adapter.json"

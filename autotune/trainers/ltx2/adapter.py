@@ -4,7 +4,7 @@ A trial is the baseline YAML with the candidate's knobs and the short-run recipe
 set, every other line left byte for byte, run as
 ``uv run python scripts/train.py CONFIG --disable-progress-bars`` in the trainer's
 directory. Its numbers come from its own ``Step`` lines and statistics block
-(``autotune.trainers.readers.ltx2log``), with the metrics file and the hook, where present, beside them.
+(``autotune.trainers.kit.readers.ltx2log``), with the metrics file and the hook, where present, beside them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
-from autotune.trainers.common import (
+from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
@@ -38,16 +38,16 @@ from autotune.trainers.common import (
     take_options,
     write_trial_record,
 )
-from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
-from autotune.trainers.ltx2_data import data_sources
-from autotune.trainers.ltx2_recipe import STEPS_KEY as STEPS_KEY  # re-exported: command.py, tests
-from autotune.trainers.ltx2_recipe import short_run_recipe as short_run_recipe
-from autotune.trainers.ltx2_recipe import trial_recipe as trial_recipe
-from autotune.trainers.ltx2_view import VIEW_DIR, Buckets, DataView, build_view, read_buckets
-from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
-from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
-from autotune.trainers.readers.phases import read_phase_peaks, without_step
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.readers.phases import read_phase_peaks, without_step
+from autotune.trainers.ltx2.checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
+from autotune.trainers.ltx2.data import data_sources
+from autotune.trainers.ltx2.recipe import STEPS_KEY as STEPS_KEY  # re-exported: command.py, tests
+from autotune.trainers.ltx2.recipe import short_run_recipe as short_run_recipe
+from autotune.trainers.ltx2.recipe import trial_recipe as trial_recipe
+from autotune.trainers.ltx2.view import VIEW_DIR, Buckets, DataView, build_view, read_buckets
 
 #: Study param -> the config key it sets.
 KNOB_KEYS: dict[str, str] = {

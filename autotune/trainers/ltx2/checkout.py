@@ -1,6 +1,6 @@
 """The LTX-2 checkout on disk: where its trainer package is, and how many samples its data holds.
 
-Kept apart from the adapter (``autotune.trainers.ltx2``), which knows the config's keys:
+Kept apart from the adapter (``autotune.trainers.ltx2.adapter``), which knows the config's keys:
 these functions only look at folders, so the adapter stays about configs and launch lines.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import UsageError
-from autotune.trainers.ltx2_data import count_samples
+from autotune.trainers.ltx2.data import count_samples
 
 TRAIN_SCRIPT = "scripts/train.py"
 TRAINER_SUBDIR = "packages/ltx-trainer"
@@ -49,7 +49,7 @@ def find_trainer_package(trainer_dir: Path | None, hints: Iterable[Path]) -> Pat
 def sample_limit(root: Any, sources: list[str], cwd: Path, num_gpus: int) -> tuple[int, Path, int] | None:
     """(largest per-GPU batch, data root, sample count) when the preprocessed data under ``root``
     (relative to the trainer's ``cwd``) is on this machine with every folder in ``sources``; None
-    when it is not. Samples are counted as the trainer counts them (``ltx2_data.count_samples``)."""
+    when it is not. Samples are counted as the trainer counts them (``ltx2.data.count_samples``)."""
     if not isinstance(root, str) or not root:
         return None
     folder = cwd / Path(root).expanduser()

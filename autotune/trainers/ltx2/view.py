@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.trainers.ltx2_data import data_root, expected_file, relative_pt_files
-from autotune.trainers.ltx2_latents import LatentShape, latent_shape
+from autotune.trainers.ltx2.data import data_root, expected_file, relative_pt_files
+from autotune.trainers.ltx2.latents import LatentShape, latent_shape
 
 VIEW_DIR = "data-view"
 _COPY_MARK = "__autotune_link"

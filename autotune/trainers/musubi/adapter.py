@@ -56,7 +56,7 @@ from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
-from autotune.trainers.common import (
+from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
@@ -69,18 +69,18 @@ from autotune.trainers.common import (
     take_options,
     write_trial_record,
 )
-from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
-from autotune.trainers.musubi_data import (
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
+from autotune.trainers.ltx2.adapter import finish_metrics, hook_env, read_output
+from autotune.trainers.musubi.data import (
     baseline_batch_size,
     largest_bucket,
     make_trial_dataset,
     read_datasets,
     set_batch_size,
 )
-from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
-from autotune.trainers.readers.tqdmbar import read_tqdm_cumulative
-from autotune.trainers.sana import (
+from autotune.trainers.sana.adapter import (
     SCRIPT_HEAD,
     _record_from_command,
     _record_from_yaml,

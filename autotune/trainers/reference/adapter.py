@@ -19,8 +19,8 @@ from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.trainers.base import Baseline
-from autotune.trainers.common import take_options
-from autotune.trainers.ltx2 import Ltx2Adapter
+from autotune.trainers.kit.common import take_options
+from autotune.trainers.ltx2.adapter import Ltx2Adapter
 
 DEFAULT_BASELINE = ("reference", "low_vram.yaml")
 MODULE = "trials.reference"

@@ -38,7 +38,7 @@ from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, env_prefix, is_secret_name, redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
-from autotune.trainers.common import (
+from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
@@ -51,11 +51,11 @@ from autotune.trainers.common import (
     take_options,
     write_trial_record,
 )
-from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
-from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
-from autotune.trainers.readers.runblock import real_batch
-from autotune.trainers.readers.tqdmbar import read_tqdm
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.readers.runblock import real_batch
+from autotune.trainers.kit.readers.tqdmbar import read_tqdm
+from autotune.trainers.ltx2.adapter import finish_metrics, hook_env, read_output
 
 KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
 #: Boolean knob -> the store_true flag that turns it on.

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 
 from autotune.core.metrics import TrialMetrics
-from autotune.trainers.readers.guard import NUMBER as _NUM
-from autotune.trainers.readers.guard import never_raises
-from autotune.trainers.readers.tqdmbar import bar_metrics, parse_bars, training_bar
+from autotune.trainers.kit.readers.guard import NUMBER as _NUM
+from autotune.trainers.kit.readers.guard import never_raises
+from autotune.trainers.kit.readers.tqdmbar import bar_metrics, parse_bars, training_bar
 
 #: The postfix BaseSDTrainProcess.py:2693-2695 builds: ``lr: {lr:.1e}`` then `` {key}: {value:.3e}``
 #: per loss (SDTrainer.py:2311 names the one loss ``loss``), after the bar's ``n/total [...``.

@@ -10,9 +10,9 @@ non-finite loss from any of them.
 from __future__ import annotations
 
 from autotune.core.metrics import TrialMetrics
-from autotune.trainers.readers.hftrainer import read_hf_trainer
-from autotune.trainers.readers.iterlog import read_iter_lines
-from autotune.trainers.readers.tqdmbar import read_lightning, read_tqdm
+from autotune.trainers.kit.readers.hftrainer import read_hf_trainer
+from autotune.trainers.kit.readers.iterlog import read_iter_lines
+from autotune.trainers.kit.readers.tqdmbar import read_lightning, read_tqdm
 
 
 def printed_readings(text: str, batches_per_step: int = 1) -> list[TrialMetrics]:

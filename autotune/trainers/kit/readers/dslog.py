@@ -20,9 +20,9 @@ import re
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_by_step
-from autotune.trainers.readers.guard import NUMBER as _NUM
-from autotune.trainers.readers.guard import never_raises
-from autotune.trainers.readers.guard import to_float as _float
+from autotune.trainers.kit.readers.guard import NUMBER as _NUM
+from autotune.trainers.kit.readers.guard import never_raises
+from autotune.trainers.kit.readers.guard import to_float as _float
 
 _LINE = re.compile(
     rf"(?:^|\s|\])steps: (\d+) loss: ({_NUM}) (?:\S+: (?:{_NUM}) )*"

@@ -16,10 +16,10 @@ import math
 import re
 
 from autotune.core.metrics import TrialMetrics
-from autotune.trainers.readers.guard import NUMBER as _NUM
-from autotune.trainers.readers.guard import never_raises
-from autotune.trainers.readers.guard import to_float as _float
-from autotune.trainers.readers.tqdmbar import read_tqdm
+from autotune.trainers.kit.readers.guard import NUMBER as _NUM
+from autotune.trainers.kit.readers.guard import never_raises
+from autotune.trainers.kit.readers.guard import to_float as _float
+from autotune.trainers.kit.readers.tqdmbar import read_tqdm
 
 _DICT = re.compile(r"\{'(?:loss|train_runtime|eval_loss)'[^{}\r\n]*\}")
 _PAIR = re.compile(rf"'(\w+)':\s*'?({_NUM})'?(?=\s*[,}}])", re.IGNORECASE)

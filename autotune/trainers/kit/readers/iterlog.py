@@ -17,8 +17,8 @@ import re
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_by_step
-from autotune.trainers.readers.guard import never_raises
-from autotune.trainers.readers.guard import to_float as _float
+from autotune.trainers.kit.readers.guard import never_raises
+from autotune.trainers.kit.readers.guard import to_float as _float
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf(?:inity)?"
 _STEP = re.compile(

@@ -22,7 +22,7 @@ from typing import Any
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_count
-from autotune.trainers.readers.hookfile import gb_figure, load_event
+from autotune.trainers.kit.readers.hookfile import gb_figure, load_event
 
 TRAINING, VALIDATION, SAVE = "training", "validation", "save"
 _MAX_BYTES = 64 * 1024 * 1024

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from autotune.trainers.readers.guard import never_raises
+from autotune.trainers.kit.readers.guard import never_raises
 
 _FIELDS = {
     "examples": re.compile(r"Num examples = (\d+)"),

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_by_step
-from autotune.trainers.readers.guard import NUMBER as _NUM
-from autotune.trainers.readers.guard import never_raises
-from autotune.trainers.readers.guard import to_float as _float
+from autotune.trainers.kit.readers.guard import NUMBER as _NUM
+from autotune.trainers.kit.readers.guard import never_raises
+from autotune.trainers.kit.readers.guard import to_float as _float
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _BAR = re.compile(
