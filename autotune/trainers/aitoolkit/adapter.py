@@ -49,10 +49,10 @@ from autotune.trainers.kit.common import (
     take_options,
     write_trial_record,
 )
+from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.aitklog import read_aitk_output
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
-from autotune.trainers.ltx2.adapter import finish_metrics, read_output
 
 #: Everything the trainer reads lives in the first process of the job (config/examples/*.yaml).
 PROCESS = "config.process.0"

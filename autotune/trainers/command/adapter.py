@@ -46,6 +46,7 @@ from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
+    hook_env,
     hook_option,
     merge_metrics,
     metrics_env,
@@ -55,20 +56,13 @@ from autotune.trainers.kit.common import (
     take_options,
     write_trial_record,
 )
+from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.chain import printed_readings
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.ltx2log import parse_ltx2_output
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.runblock import real_batch
-from autotune.trainers.ltx2.adapter import (
-    GRAD_ACCUM_KEY,
-    KNOB_KEYS,
-    STEPS_KEY,
-    finish_metrics,
-    get_dotted,
-    hook_env,
-    read_output,
-)
+from autotune.trainers.ltx2.adapter import GRAD_ACCUM_KEY, KNOB_KEYS, STEPS_KEY, get_dotted
 
 KNOBS = ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
 EXTRA_PLACEHOLDERS = ("config", "steps", "gradient_accumulation_steps", "trial_dir")

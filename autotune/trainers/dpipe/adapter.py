@@ -29,7 +29,7 @@ from autotune.core.metrics import TrialMetrics
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
-from autotune.trainers.dpipe.data import keep_largest_bucket
+from autotune.trainers.dpipe.data import describe, keep_largest_bucket
 from autotune.trainers.dpipe.models import (
     BLOCK_SWAP_MODELS,
     CHECKPOINTING,
@@ -57,10 +57,10 @@ from autotune.trainers.kit.common import (
     take_options,
     write_trial_record,
 )
+from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
-from autotune.trainers.ltx2.adapter import finish_metrics, read_output
 
 #: Study param -> the config key it sets (dotted: ``model.transformer_dtype`` is ``[model]``'s).
 KNOB_KEYS: dict[str, str] = {
@@ -322,7 +322,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
             num_gpus=gpus,
             effective_batch=batch * gradient_accumulation_steps * gpus,
             steps=steps,
-            data_bucket=bucket.describe(),
+            data_bucket=describe(bucket),
         )
         env = {**RUN_ENV, **metrics_env(trial_dir)}
         if self.hook:

@@ -19,28 +19,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from autotune.config.tomledit import TomlConfig
 from autotune.errors import ConfigError
+from autotune.trainers.kit.bucket import Bucket
 
 
-@dataclass(frozen=True)
-class Bucket:
-    """The largest bucket: its pixel area as configured, the frames, how the config wrote it."""
-
-    width: int
-    height: int
-    frames: int
-
-    @property
-    def size(self) -> int:
-        return self.width * self.height * self.frames
-
-    def describe(self) -> str:
-        frames = "1 frame (images)" if self.frames == 1 else f"{self.frames} frames"
-        return f"{self.width}x{self.height} px area, {frames}"
+def describe(bucket: Bucket) -> str:
+    """The largest bucket as the trial record names it: the configured area and the frames."""
+    frames = "1 frame (images)" if bucket.frames == 1 else f"{bucket.frames} frames"
+    return f"{bucket.width}x{bucket.height} px area, {frames}"
 
 
 def _area(res: Any, where: str) -> tuple[int, int]:
@@ -102,7 +91,7 @@ def largest_bucket(dataset: Mapping[str, Any], source: str = "<dataset>") -> Buc
         _scope_bucket(d if isinstance(d, Mapping) else {}, dataset, f"{source} [[directory]] #{i + 1}")
         for i, d in enumerate(directories)
     ]
-    return max(buckets, key=lambda b: (b.size, b.frames))
+    return max(buckets, key=lambda b: (b.volume, b.frames))
 
 
 def keep_largest_bucket(cfg: TomlConfig) -> Bucket:

@@ -9,7 +9,6 @@ directory. Its numbers come from its own ``Step`` lines and statistics block
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from autotune.trainers.kit.common import (
     take_options,
     write_trial_record,
 )
+from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
@@ -68,37 +68,6 @@ CODE_DEFAULTS: dict[str, Any] = {
 QUANTIZATIONS = ("int8-quanto", "int4-quanto", "int2-quanto", "fp8-quanto", "fp8uz-quanto", "none")
 OPTIMIZERS = ("adamw", "adamw8bit")
 RUN_ENV = {"COLUMNS": "250", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
-_MAX_LOG_BYTES = 32 * 1024 * 1024
-
-
-def read_output(trial_dir: Path, output: str) -> str:
-    """The trial's output: as given, else what the runner wrote to ``stdout.log``/``stderr.log``."""
-    if output:
-        return output
-    parts = []
-    for name in ("stdout.log", "stderr.log"):
-        try:
-            with open(trial_dir / name, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - _MAX_LOG_BYTES))
-                parts.append(fh.read().decode("utf-8", errors="replace"))
-        except (OSError, TypeError, ValueError):
-            continue
-    return "\n".join(parts)
-
-
-def finish_metrics(
-    metrics: TrialMetrics, effective_batch: float | None, *, keep_reported: bool, counted: float | None = None
-) -> TrialMetrics:
-    """Samples/s: ``counted`` (the data loaders' real batches, read by the hook) when there is one,
-    else from the steady step time and the batch we asked for (the trainer's own figure is coarse)."""
-    if counted is not None:
-        metrics.samples_per_s = counted
-        return metrics
-    if effective_batch and metrics.step_time_s and not (keep_reported and metrics.samples_per_s):
-        metrics.samples_per_s = effective_batch / metrics.step_time_s
-    return metrics
 
 
 class Ltx2Adapter(TrainerAdapter):

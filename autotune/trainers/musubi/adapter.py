@@ -56,10 +56,19 @@ from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.kit.argv import (
+    drop_value_flag,
+    flag_value,
+    has_flag,
+    int_flag,
+    set_bool_flag,
+    set_value_flag,
+)
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
+    hook_env,
     hook_option,
     launcher_option,
     merge_metrics,
@@ -69,28 +78,22 @@ from autotune.trainers.kit.common import (
     take_options,
     write_trial_record,
 )
+from autotune.trainers.kit.launchscript import (
+    SCRIPT_HEAD,
+    command_lines,
+    record_from_command,
+    record_from_yaml,
+)
+from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
-from autotune.trainers.ltx2.adapter import finish_metrics, hook_env, read_output
 from autotune.trainers.musubi.data import (
     baseline_batch_size,
     largest_bucket,
     make_trial_dataset,
     read_datasets,
     set_batch_size,
-)
-from autotune.trainers.sana.adapter import (
-    SCRIPT_HEAD,
-    _record_from_command,
-    _record_from_yaml,
-    command_lines,
-    drop_value_flag,
-    flag_value,
-    has_flag,
-    int_flag,
-    set_bool_flag,
-    set_value_flag,
 )
 
 KNOBS = (
@@ -196,9 +199,9 @@ class MusubiAdapter(TrainerAdapter):
         except ConfigError:
             data = None
         if isinstance(data, dict) and ("script" in data or "args" in data):
-            record = _record_from_yaml(data, source, folder)
+            record = record_from_yaml(data, source, folder)
         else:
-            record = _record_from_command(command, source, folder)
+            record = record_from_command(command, source, folder)
         if self.trainer_dir is not None:
             record["cwd"] = str(self.trainer_dir)
         script = Path(record["script"]).name

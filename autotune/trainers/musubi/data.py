@@ -25,6 +25,7 @@ from typing import Any
 
 from autotune.config.tomledit import TomlConfig
 from autotune.errors import ConfigError
+from autotune.trainers.kit.bucket import Bucket
 
 #: config_utils.py:34,38,39 @ 30c658c: the dataclass defaults when neither the dataset nor [general] sets a key.
 DEFAULTS: dict[str, Any] = {"resolution": (960, 544), "batch_size": 1, "num_repeats": 1}
@@ -36,23 +37,6 @@ _VIDEO_CACHE = re.compile(
 #: Architecture -> the prefix of its cache scripts (docs/wan.md:116,145; HunyuanVideo's are the plain ones).
 _CACHE_SCRIPTS = {"wan": "wan_", "hv": ""}
 _IMAGE_CACHE = re.compile(r"^(?P<item>.+)_(?P<w>\d+)x(?P<h>\d+)_(?P<arch>[^_]+)\.safetensors$")
-
-
-@dataclass(frozen=True, order=True)
-class Bucket:
-    """One training bucket: the size latents are trained at and the frame count."""
-
-    width: int
-    height: int
-    frames: int
-
-    @property
-    def volume(self) -> int:
-        """What activation memory grows with: pixels times frames."""
-        return self.width * self.height * self.frames
-
-    def label(self) -> str:
-        return f"{self.width}x{self.height}, {self.frames} frame(s)"
 
 
 @dataclass

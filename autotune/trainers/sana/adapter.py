@@ -23,25 +23,31 @@ trial-side hook; the step time may also come from tqdm's rate, the loss from its
 from __future__ import annotations
 
 import json
-import os
 import shlex
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 
-from autotune.config.shellscript import parse_launch_script
 from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec, env_prefix, is_secret_name, redacted_env
+from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.kit.argv import (
+    drop_value_flag,
+    flag_value,
+    has_flag,
+    int_flag,
+    set_bool_flag,
+    set_value_flag,
+)
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
+    hook_env,
     hook_option,
     launcher_option,
     merge_metrics,
@@ -51,11 +57,17 @@ from autotune.trainers.kit.common import (
     take_options,
     write_trial_record,
 )
+from autotune.trainers.kit.launchscript import (
+    SCRIPT_HEAD,
+    command_lines,
+    record_from_command,
+    record_from_yaml,
+)
+from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.runblock import real_batch
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm
-from autotune.trainers.ltx2.adapter import finish_metrics, hook_env, read_output
 
 KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
 #: Boolean knob -> the store_true flag that turns it on.
@@ -81,68 +93,6 @@ def parse_tqdm(text: str) -> tuple[float | None, list[float]]:
     """Steady seconds per step from the training bar's per-update rates, and its ``loss=`` postfixes."""
     metrics = read_tqdm(text)
     return (metrics.step_time_s, metrics.losses) if metrics is not None else (None, [])
-
-
-# --- argv editing ------------------------------------------------------------------------------
-
-
-def _matches(token: str, flag: str) -> bool:
-    return token == flag or token.startswith(flag + "=")
-
-
-def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of ``--flag value`` or ``--flag=value`` (the last one wins, as in argparse)."""
-    value = None
-    for i, token in enumerate(args):
-        if token == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif token.startswith(flag + "="):
-            value = token.split("=", 1)[1]
-    return value
-
-
-def has_flag(args: Sequence[str], flag: str) -> bool:
-    return any(token == flag for token in args)
-
-
-def set_value_flag(args: list[str], flag: str, value: str) -> list[str]:
-    """Replace the first ``flag`` in place (same style), drop repeats, append it if absent."""
-    out: list[str] = []
-    done = False
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if _matches(token, flag):
-            separate = token == flag
-            if not done:
-                out += [flag, value] if separate else [f"{flag}={value}"]
-                done = True
-            i += 2 if separate and i + 1 < len(args) and not args[i + 1].startswith("--") else 1
-            continue
-        out.append(token)
-        i += 1
-    if not done:
-        out += [flag, value]
-    return out
-
-
-def drop_value_flag(args: list[str], flag: str) -> list[str]:
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        if _matches(args[i], flag):
-            i += 2 if args[i] == flag and i + 1 < len(args) and not args[i + 1].startswith("--") else 1
-            continue
-        out.append(args[i])
-        i += 1
-    return out
-
-
-def set_bool_flag(args: list[str], flag: str, on: bool) -> list[str]:
-    present = has_flag(args, flag)
-    if on:
-        return args if present else [*args, flag]
-    return [a for a in args if a != flag]
 
 
 # --- the adapter -------------------------------------------------------------------------------
@@ -186,9 +136,9 @@ class SanaAdapter(TrainerAdapter):
         except ConfigError:
             data = None
         if isinstance(data, dict) and ("script" in data or "args" in data):
-            record = _record_from_yaml(data, source, folder)
+            record = record_from_yaml(data, source, folder)
         else:
-            record = _record_from_command(text, source, folder)
+            record = record_from_command(text, source, folder)
         return Baseline(trainer=self.name, text=text, data=record, path=path)
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
@@ -317,107 +267,3 @@ class SanaAdapter(TrainerAdapter):
         gradient_accumulation_steps: int | None = None,
     ) -> str:
         return f"bash {shlex.quote(str(config_path))}"
-
-
-#: The first lines of a winning command written as a script (``final_config``).
-SCRIPT_HEAD = (
-    "#!/usr/bin/env bash",
-    "# The training command with the winning knobs, written by autotune.",
-    "set -e",
-)
-
-
-def command_lines(record: dict[str, Any], argv: Sequence[str]) -> list[str]:
-    """The script's lines that run ``argv`` in the record's folder with its environment; secrets are
-    never written (a comment names them: the script reads them from the environment it runs in)."""
-    lines = []
-    secret = [k for k in record["env"] if is_secret_name(k)]
-    if secret:
-        lines.append(f"# Not written here (secrets): export {', '.join(secret)} before running.")
-    env = env_prefix(record["env"])
-    lines.append(f"cd {shlex.quote(record['cwd'])} && " + (env + " " if env else "") + _wrap_argv(argv))
-    return lines
-
-
-def int_flag(args: Sequence[str], flag: str, default: int) -> int:
-    """A whole-number flag's value in the command (``default`` when absent)."""
-    value = flag_value(args, flag)
-    try:
-        return int(value) if value is not None else default
-    except ValueError:
-        raise ConfigError(f"{flag} must be a whole number; the baseline command has {value!r}") from None
-
-
-def _record_from_yaml(data: dict[str, Any], source: str, folder: str) -> dict[str, Any]:
-    script = data.get("script")
-    if not isinstance(script, str) or not script:
-        raise ConfigError(
-            f"{source}: 'script:' must name the training script, like train_dreambooth_lora_sana.py"
-        )
-    args = data.get("args", [])
-    if not isinstance(args, list):
-        raise ConfigError(f"{source}: 'args:' must be a list of command-line arguments")
-    launcher = data.get("launcher", data.get("python", ["python"]))
-    if isinstance(launcher, str):
-        launcher = shlex.split(launcher)
-    if not isinstance(launcher, list) or not launcher:
-        raise ConfigError(f"{source}: 'launcher:' must be a list like [python] or [/venv/bin/python]")
-    env = data.get("env") or {}
-    if not isinstance(env, dict):
-        raise ConfigError(f"{source}: 'env:' must be a mapping of NAME: value")
-    cwd = data.get("cwd") or folder
-    cwd = str(Path(folder) / Path(str(cwd)).expanduser())
-    return {
-        "script": script,
-        "launcher": [str(a) for a in launcher],
-        "cwd": cwd,
-        "args": [_arg(a) for a in args],
-        "env": {str(k): str(v) for k, v in env.items()},
-    }
-
-
-def _arg(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _record_from_command(text: str, source: str, folder: str) -> dict[str, Any]:
-    """The record of a launcher script, read without a shell (``config.shellscript``): its
-    exports are the trial's environment, ``$VAR`` is expanded, ``cd DIR`` sets the folder."""
-    script = parse_launch_script(text, source, os.environ)
-    command = script.argv
-    script_at = next((i for i, t in enumerate(command) if t.endswith(".py")), None)
-    if script_at is None:
-        raise ConfigError(
-            f"{source}:{script.line}: no training script (a .py file) found in the command; write it like "
-            "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...' or use the YAML form"
-        )
-    cwd = str(Path(folder) / Path(script.cwd).expanduser()) if script.cwd else folder
-    return {
-        "script": command[script_at],
-        "launcher": command[:script_at] or ["python"],
-        "cwd": cwd,
-        "args": command[script_at + 1 :],
-        "env": script.env,
-    }
-
-
-def _wrap_argv(argv: Sequence[str]) -> str:
-    """One flag (and its value) per line, shell-quoted, joined with backslash continuations."""
-    parts: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if (
-            token.startswith("--")
-            and "=" not in token
-            and i + 1 < len(argv)
-            and not argv[i + 1].startswith("--")
-        ):
-            parts.append(f"{shlex.quote(token)} {shlex.quote(argv[i + 1])}")
-            i += 2
-            continue
-        parts.append(shlex.quote(token))
-        i += 1
-    return " \\\n  ".join(parts)
