@@ -22,7 +22,7 @@ from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
 
 TEST_TRAINER = "yaml-test"
 
@@ -58,8 +58,10 @@ class YamlTestAdapter(TrainerAdapter):
 
     name: ClassVar[str] = TEST_TRAINER
     knob_file: ClassVar[str] = "yaml-test.yaml"
-    tiered: ClassVar[bool] = True  # LTX-2-style: its reports name the card's tier
-    longer_input: ClassVar[str] = "a longer clip in the data"
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        tiered=True,  # LTX-2-style: its reports name the card's tier
+        longer_input="a longer clip in the data",
+    )
 
     def load_baseline(self, config: Path | None) -> Baseline:
         assert config is not None

@@ -25,7 +25,7 @@ HOOK = str(hook_dir())
 
 
 def test_every_pytorch_trainer_takes_the_hook_and_has_it_on_by_default() -> None:
-    assert [n for n in adapter_names() if adapter_class(n).takes_hook] == adapter_names()
+    assert [n for n in adapter_names() if adapter_class(n).traits.takes_hook] == adapter_names()
     assert get_adapter("command", template="python t.py").hook
     assert get_adapter("sana").hook and get_adapter("reference").hook
     assert not get_adapter("command", template="python t.py", hook=False).hook

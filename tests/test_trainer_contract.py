@@ -366,7 +366,7 @@ def test_unknown_option_is_a_usage_error(name: str) -> None:
 def test_emulated_vram_hooks(case: Case, tmp_path: Path) -> None:
     adapter, baseline = case.make(tmp_path)
     emulated = adapter.with_emulated_vram(baseline, 24.0)
-    if not adapter.emulates_vram:
+    if not adapter.traits.emulates_vram:
         # The trial-side hook emulates the card (on by default): the config stays as it is, the
         # card goes to the hook through the trial's env.
         assert adapter.hook and adapter.emulates_card() and adapter.emulated_vram_gb(baseline) is None
@@ -404,7 +404,7 @@ def test_plan_hooks(case: Case, tmp_path: Path) -> None:
     """A trainer ``autotune plan`` knows has a baseline for every tier and a launch line from a config."""
     adapter, baseline = case.make(tmp_path)
     config = tmp_path / "planned.yaml"
-    if not adapter.plan_baselines:
+    if not adapter.traits.plan_baselines:
         with pytest.raises(UsageError):
             adapter.launch_argv(baseline, config, progress_bars=False)
         return
@@ -412,10 +412,10 @@ def test_plan_hooks(case: Case, tmp_path: Path) -> None:
     assert str(config) in argv and argv[-1] == "--disable-progress-bars"
     for vram in (24, 32, 48, 80):
         name = classify(vram).baseline_file(adapter.name)
-        if adapter.bundled_baselines is not None:
+        if adapter.traits.bundled_baselines is not None:
             from configs import config_file
 
-            assert name.startswith(f"{adapter.bundled_baselines}/")
+            assert name.startswith(f"{adapter.traits.bundled_baselines}/")
             assert Path(str(config_file(*name.split("/")))).is_file()
 
 
@@ -423,7 +423,7 @@ def test_hooks_say_what_the_branches_said() -> None:
     """The facts that used to be ``trainer == "..."`` tests elsewhere, now asked of the adapters."""
 
     def having(hook: str) -> list[str]:
-        return [n for n in adapter_names() if getattr(adapter_class(n), hook)]
+        return [n for n in adapter_names() if getattr(adapter_class(n).traits, hook)]
 
     assert having("takes_template") == ["command"]
     assert having("plan_baselines") == ["ltx2", "reference"]
@@ -431,7 +431,7 @@ def test_hooks_say_what_the_branches_said() -> None:
     assert having("loads_model_paths") == having("needs_tier_gate") == ["ltx2"]
     assert having("report_notes") == ["ai-toolkit", "diffusion-pipe", "ltx2"]
     assert having("single_device") == having("emulates_vram") == ["reference"]
-    assert {n: adapter_class(n).config_suffix for n in adapter_names()} == {
+    assert {n: adapter_class(n).traits.config_suffix for n in adapter_names()} == {
         "ai-toolkit": ".yaml",
         "command": ".yaml",
         "diffusion-pipe": ".toml",

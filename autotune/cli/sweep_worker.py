@@ -231,7 +231,7 @@ def sweep_options(args: argparse.Namespace) -> Any:
     from autotune.sweep.options import SweepOptions
     from autotune.trainers import adapter_class, adapter_names
 
-    templated = [name for name in adapter_names() if adapter_class(name).takes_template]
+    templated = [name for name in adapter_names() if adapter_class(name).traits.takes_template]
     trainer = args.trainer or (templated[0] if args.cmd else None)
     if args.cmd and trainer not in templated:
         raise UsageError(
@@ -279,7 +279,7 @@ def no_trial_validation(trainer: str | None) -> bool:
     """``--no-validation-in-trials``: only for a trainer whose trials run a validation pass."""
     from autotune.trainers import adapter_class, adapter_names
 
-    takes = [n for n in adapter_names() if getattr(adapter_class(n), "validates_in_trials", False)]
+    takes = [n for n in adapter_names() if adapter_class(n).traits.validates_in_trials]
     if trainer not in takes:
         raise UsageError(
             f"--no-validation-in-trials goes with --trainer {' or '.join(takes)}: the trials of "
@@ -294,7 +294,7 @@ def trainer_python(path: Path, trainer: str | None) -> str:
     from autotune.execution.launch import check_program
     from autotune.trainers import adapter_class, adapter_names
 
-    takes = [name for name in adapter_names() if adapter_class(name).takes_trainer_python]
+    takes = [name for name in adapter_names() if adapter_class(name).traits.takes_trainer_python]
     if trainer not in takes:
         raise UsageError(
             f"--trainer-python goes with --trainer {' or '.join(takes)}"

@@ -33,7 +33,7 @@ from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
@@ -108,15 +108,17 @@ class AiToolkitAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "ai-toolkit"
     knob_file: ClassVar[str] = "ai-toolkit.yaml"
-    label: ClassVar[str] = "ai-toolkit"
-    takes_hook: ClassVar[bool] = True
-    takes_trainer_python: ClassVar[bool] = True
-    longer_input: ClassVar[str] = "a larger image or a longer clip in the datasets"
-    report_notes: ClassVar[tuple[str, ...]] = (
-        "ai-toolkit offloads a random choice of layers when layer_offloading_transformer_percent is "
-        "below 1 (toolkit/memory_management/manager.py:109-111), seeded only when SEED is set "
-        "(run.py:11-44): the same fraction can peak a little differently from run to run, which the "
-        "headroom has to cover.",
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        label="ai-toolkit",
+        takes_hook=True,
+        takes_trainer_python=True,
+        longer_input="a larger image or a longer clip in the datasets",
+        report_notes=(
+            "ai-toolkit offloads a random choice of layers when layer_offloading_transformer_percent is "
+            "below 1 (toolkit/memory_management/manager.py:109-111), seeded only when SEED is set "
+            "(run.py:11-44): the same fraction can peak a little differently from run to run, which the "
+            "headroom has to cover.",
+        ),
     )
 
     def __init__(self, **options: Any) -> None:

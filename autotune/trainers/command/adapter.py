@@ -41,7 +41,7 @@ from autotune.core.space import from_study_value, to_study_value
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, env_prefix
-from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
@@ -136,9 +136,11 @@ class CommandAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
-    label: ClassVar[str] = "your trainer"
-    takes_template: ClassVar[bool] = True
-    takes_hook: ClassVar[bool] = True
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        label="your trainer",
+        takes_template=True,
+        takes_hook=True,
+    )
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("template", "cwd", "config_keys", "hook", "knobs"))

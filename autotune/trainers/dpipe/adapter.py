@@ -28,7 +28,7 @@ from autotune.config.tomledit import TomlConfig, load_toml_data
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
 from autotune.trainers.dpipe.data import describe, keep_largest_bucket
 from autotune.trainers.dpipe.models import (
     BLOCK_SWAP_MODELS,
@@ -82,15 +82,17 @@ class DiffusionPipeAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "diffusion-pipe"
     knob_file: ClassVar[str] = "diffusion-pipe.yaml"
-    label: ClassVar[str] = "diffusion-pipe"
-    takes_hook: ClassVar[bool] = True
-    takes_trainer_python: ClassVar[bool] = True
-    config_suffix: ClassVar[str] = ".toml"
-    longer_input: ClassVar[str] = "a larger resolution or longer frame bucket in the data"
-    report_notes: ClassVar[tuple[str, ...]] = (
-        "diffusion-pipe's own step time is DeepSpeed's 'iter time (s)' (one optimizer step, every "
-        "micro-batch of the accumulation in it); its samples/sec is micro batch x accumulation x "
-        "data-parallel GPUs over that time.",
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        label="diffusion-pipe",
+        takes_hook=True,
+        takes_trainer_python=True,
+        config_suffix=".toml",
+        longer_input="a larger resolution or longer frame bucket in the data",
+        report_notes=(
+            "diffusion-pipe's own step time is DeepSpeed's 'iter time (s)' (one optimizer step, every "
+            "micro-batch of the accumulation in it); its samples/sec is micro batch x accumulation x "
+            "data-parallel GPUs over that time.",
+        ),
     )
 
     def __init__(self, **options: Any) -> None:

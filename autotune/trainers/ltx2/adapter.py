@@ -21,7 +21,7 @@ from autotune.core.timing import WARMUP_STEPS
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
@@ -85,20 +85,22 @@ class Ltx2Adapter(TrainerAdapter):
     knob_file: ClassVar[str] = "ltx2.yaml"
     #: The real trainer knows every section of the recipe, so missing ones are added.
     create_missing_sections: ClassVar[bool] = True
-    label: ClassVar[str] = "the LTX-2 trainer"
-    takes_trainer_python: ClassVar[bool] = True
-    #: Trials run the baseline's validation pass (``--no-validation-in-trials`` turns it off).
-    validates_in_trials: ClassVar[bool] = True
-    plan_baselines: ClassVar[bool] = True
-    loads_model_paths: ClassVar[bool] = True
-    longer_input: ClassVar[str] = "a longer clip in the data"
-    tiered: ClassVar[bool] = True
-    needs_tier_gate: ClassVar[bool] = True
-    takes_hook: ClassVar[bool] = True
-    report_notes: ClassVar[tuple[str, ...]] = (
-        "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
-        "only at a few points (start, first step, every 200 steps, end) and including other "
-        "processes; autotune's own measure is shown beside it.",
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        label="the LTX-2 trainer",
+        takes_trainer_python=True,
+        # Trials run the baseline's validation pass (``--no-validation-in-trials`` turns it off).
+        validates_in_trials=True,
+        plan_baselines=True,
+        loads_model_paths=True,
+        longer_input="a longer clip in the data",
+        tiered=True,
+        needs_tier_gate=True,
+        takes_hook=True,
+        report_notes=(
+            "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
+            "only at a few points (start, first step, every 200 steps, end) and including other "
+            "processes; autotune's own measure is shown beside it.",
+        ),
     )
 
     def __init__(self, **options: Any) -> None:
@@ -124,7 +126,7 @@ class Ltx2Adapter(TrainerAdapter):
         if self.hook or not self.times_from_step_lines or steps >= MIN_STEPS_FOR_STEP_LINES:
             return
         raise UsageError(
-            f"--steps {steps} is too short to time {self.label} without the hook: it prints a Step line "
+            f"--steps {steps} is too short to time {self.traits.label} without the hook: it prints a Step line "
             f"only every {STEP_LINE_EVERY} optimizer steps, each timing one micro-step, and the lines "
             f"up to step {WARMUP_STEPS} are warm-up; a steady step time with a spread needs two lines "
             f"past it, so pass --steps {MIN_STEPS_FOR_STEP_LINES} or more (or run the trials with the "

@@ -55,7 +55,7 @@ from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_value,
@@ -160,11 +160,13 @@ class MusubiAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "musubi"
     knob_file: ClassVar[str] = "musubi.yaml"
-    label: ClassVar[str] = "musubi-tuner"
-    takes_trainer_python: ClassVar[bool] = True
-    takes_hook: ClassVar[bool] = True
-    config_suffix: ClassVar[str] = ".sh"
-    longer_input: ClassVar[str] = "a longer clip or a larger bucket in the data"
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        label="musubi-tuner",
+        takes_trainer_python=True,
+        takes_hook=True,
+        config_suffix=".sh",
+        longer_input="a longer clip or a larger bucket in the data",
+    )
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "hook", "trainer_dir"))

@@ -18,7 +18,7 @@ from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.trainers.base import Baseline
+from autotune.trainers.base import Baseline, TrainerTraits
 from autotune.trainers.kit.common import take_options
 from autotune.trainers.ltx2.adapter import Ltx2Adapter
 
@@ -35,17 +35,20 @@ class ReferenceAdapter(Ltx2Adapter):
     knob_file: ClassVar[str] = "reference.yaml"
     #: The reference trainer reads a subset of the schema: add no section it may not know.
     create_missing_sections: ClassVar[bool] = False
-    label: ClassVar[str] = "the reference trainer"
-    bundled_baselines: ClassVar[str | None] = "reference"
-    config_sections: ClassVar[tuple[str, ...]] = ("reference",)
-    loads_model_paths: ClassVar[bool] = False  # synthetic latents: no model, no data
-    single_device: ClassVar[bool] = True
-    longer_input: ClassVar[str] = "a longer clip in the data"
-    needs_tier_gate: ClassVar[bool] = False  # any card: it is the demo
-    emulates_vram: ClassVar[bool] = True
-    report_notes: ClassVar[tuple[str, ...]] = ()  # it reports torch's own peak, not nvidia-smi's
+    traits: ClassVar[TrainerTraits] = replace(
+        Ltx2Adapter.traits,
+        label="the reference trainer",
+        bundled_baselines="reference",
+        config_sections=("reference",),
+        loads_model_paths=False,  # synthetic latents: no model, no data
+        single_device=True,
+        longer_input="a longer clip in the data",
+        needs_tier_gate=False,  # any card: it is the demo
+        emulates_vram=True,
+        report_notes=(),  # it reports torch's own peak, not nvidia-smi's
+        validates_in_trials=False,  # its baselines sample no validation videos
+    )
     times_from_step_lines: ClassVar[bool] = False  # its metrics file times every step
-    validates_in_trials: ClassVar[bool] = False  # its baselines sample no validation videos
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "accelerate_config", "hook"))

@@ -34,7 +34,7 @@ from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_value,
@@ -105,11 +105,13 @@ class SanaAdapter(TrainerAdapter):
 
     name: ClassVar[str] = "sana"
     knob_file: ClassVar[str] = "sana.yaml"
-    label: ClassVar[str] = "the Sana trainer"
-    takes_trainer_python: ClassVar[bool] = True
-    #: ``final_config`` writes the training command as a shell script.
-    config_suffix: ClassVar[str] = ".sh"
-    takes_hook: ClassVar[bool] = True
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        label="the Sana trainer",
+        takes_trainer_python=True,
+        # ``final_config`` writes the training command as a shell script.
+        config_suffix=".sh",
+        takes_hook=True,
+    )
 
     def __init__(self, **options: Any) -> None:
         take_options(options, self.name, ("launcher", "hook"))
