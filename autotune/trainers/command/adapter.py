@@ -62,7 +62,7 @@ from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_fil
 from autotune.trainers.kit.readers.ltx2log import parse_ltx2_output
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.runblock import real_batch
-from autotune.trainers.ltx2.adapter import GRAD_ACCUM_KEY, KNOB_KEYS, STEPS_KEY, get_dotted
+from autotune.trainers.kit.yamlkeys import GRAD_ACCUM_KEY, KNOB_KEYS, STEPS_KEY, get_dotted
 
 KNOBS = ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
 EXTRA_PLACEHOLDERS = ("config", "steps", "gradient_accumulation_steps", "trial_dir")

@@ -10,7 +10,7 @@ directory. Its numbers come from its own ``Step`` lines and statistics block
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,21 +42,16 @@ from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_fil
 from autotune.trainers.kit.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.phases import read_phase_peaks, without_step
+from autotune.trainers.kit.yamlkeys import GRAD_ACCUM_KEY as GRAD_ACCUM_KEY  # re-exported: tests
+from autotune.trainers.kit.yamlkeys import KNOB_KEYS as KNOB_KEYS  # re-exported: tests
+from autotune.trainers.kit.yamlkeys import STEPS_KEY as STEPS_KEY  # re-exported: tests
+from autotune.trainers.kit.yamlkeys import get_dotted
 from autotune.trainers.ltx2.checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
 from autotune.trainers.ltx2.data import data_sources
-from autotune.trainers.ltx2.recipe import STEPS_KEY as STEPS_KEY  # re-exported: command.py, tests
 from autotune.trainers.ltx2.recipe import short_run_recipe as short_run_recipe
 from autotune.trainers.ltx2.recipe import trial_recipe as trial_recipe
 from autotune.trainers.ltx2.view import VIEW_DIR, Buckets, DataView, build_view, read_buckets
 
-#: Study param -> the config key it sets.
-KNOB_KEYS: dict[str, str] = {
-    "quantization": "acceleration.quantization",
-    "optimizer": "optimization.optimizer_type",
-    "batch_size": "optimization.batch_size",
-    "gradient_checkpointing": "optimization.enable_gradient_checkpointing",
-}
-GRAD_ACCUM_KEY = "optimization.gradient_accumulation_steps"
 #: The trainer's code defaults when a key is omitted (they differ from its example files).
 CODE_DEFAULTS: dict[str, Any] = {
     "quantization": "none",
@@ -405,12 +400,3 @@ def package_hints(baseline: Baseline) -> list[Path]:
         hints.extend(Path(baseline.path).resolve().parents)
     hints.extend([Path.cwd(), *Path.cwd().parents])
     return hints
-
-
-def get_dotted(data: Mapping[str, Any] | Sequence[Any] | None, dotted: str, default: Any) -> Any:
-    node: Any = data
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return node

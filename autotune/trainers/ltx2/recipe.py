@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-STEPS_KEY = "optimization.steps"
+from autotune.trainers.kit.yamlkeys import STEPS_KEY
 
 
 def short_run_recipe(steps: int, trial_dir: Path) -> list[tuple[str, Any]]:
