@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from optuna.distributions import BaseDistribution
 
-from autotune.config.knobs import knob_path as knob_file_path
 from autotune.config.knobs import read_knob_file
 from autotune.core.knobflag import FLAG, DeclaredKnob, parse_knobs
 from autotune.core.space import Candidate, Space, normalize_value, same_param
@@ -158,7 +157,7 @@ def plan_sweep(
         max_bs = min(max_bs, max(1, target_effective // num_gpus))
     max_bs = max(max_bs, int(base_params.get("batch_size", 1)))
 
-    knob_path = opts.knob_file or knob_file_path(adapter.knob_file)
+    knob_path = opts.knob_file or adapter.knob_path()
     knob_data = read_knob_file(knob_path)
     full = Space.from_mapping(
         knob_data,

@@ -172,10 +172,10 @@ class TrainerAdapter(ABC):
         return {}
 
     def knob_path(self) -> Path:
-        """This trainer's knob file (``configs/knobs/<trainer>.yaml``)."""
-        from configs import config_file
+        """This trainer's knob file (``configs/knobs/<knob_file>``, or ``knob_file`` when absolute)."""
+        from autotune.config.knobs import knob_path
 
-        return Path(str(config_file("knobs", self.knob_file)))
+        return knob_path(self.knob_file)
 
     #: What the rest of autotune asks of this trainer without options (``adapter_class(name).traits``),
     #: so nothing outside ``trainers/`` branches on a trainer's name.
