@@ -21,8 +21,7 @@ from sqlalchemy import event
 from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
-from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 
 TEST_TRAINER = "yaml-test"
 
@@ -75,7 +74,7 @@ class YamlTestAdapter(TrainerAdapter):
         out["gradient_accumulation_steps"] = doc.get("optimization.gradient_accumulation_steps")
         return out
 
-    def render(
+    def write_trial(
         self,
         baseline: Baseline,
         params: Params,
@@ -83,7 +82,7 @@ class YamlTestAdapter(TrainerAdapter):
         gradient_accumulation_steps: int,
         steps: int,
         trial_dir: Path,
-    ) -> LaunchSpec:
+    ) -> TrialLaunch:
         raise NotImplementedError("reports never render trials")
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:

@@ -32,11 +32,9 @@ from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import UsageError
-from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.common import (
-    check_params, effective_batch_of, hook_env, hook_option, merge_metrics, metrics_env,
-    read_trial_record, take_options, write_trial_record,
+    check_params, effective_batch_of, hook_option, merge_metrics, read_trial_record, take_options,
 )
 from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.chain import printed_readings
@@ -73,18 +71,13 @@ class SixthAdapter(TrainerAdapter):
         doc.set_many(edits | ({STEPS: steps} if steps is not None else {}))
         return doc.dump()
 
-    def render(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int, steps: int,
-               trial_dir: Path) -> LaunchSpec:
-        trial_dir = trial_dir.resolve()
+    def write_trial(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int, steps: int,
+                    trial_dir: Path) -> TrialLaunch:
         trial_dir.mkdir(parents=True, exist_ok=True)
         config = trial_dir / "config.yaml"
         config.write_text(self._text(baseline, params, gradient_accumulation_steps, steps), encoding="utf-8")
         batch = int(params.get("batch_size", self.baseline_params(baseline)["batch_size"]))
-        write_trial_record(trial_dir, trainer=self.name, effective_batch=batch * gradient_accumulation_steps)
-        env = metrics_env(trial_dir)
-        if self.hook:
-            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
-        return LaunchSpec(argv=(sys.executable, str(HERE / "train.py"), str(config)), cwd=trial_dir, env=env)
+        return TrialLaunch(argv=(sys.executable, str(HERE / "train.py"), str(config)), cwd=trial_dir, batch_size=batch)
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
         text = read_output(trial_dir, output)

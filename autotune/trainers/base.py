@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import UsageError
 from autotune.execution.launch import LaunchSpec
+from autotune.trainers.kit.common import check_positive_int, hook_env, metrics_env, write_trial_record
 
 Params = Mapping[str, Any]
 
@@ -106,6 +107,22 @@ class TrainerTraits:
     validates_in_trials: bool = False
 
 
+@dataclass(frozen=True)
+class TrialLaunch:
+    """What an adapter's ``write_trial`` wrote, for ``render`` to finish: how to launch it, the
+    per-GPU batch it trains, and what the trial record holds besides the common fields."""
+
+    argv: Sequence[str]
+    cwd: Path
+    batch_size: int
+    #: What the trainer needs added to the inherited environment (the metrics file and hook come after).
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: GPUs one step spans (``None``: the baseline's ``num_gpus``).
+    num_gpus: int | None = None
+    #: More for the trial record (``data_bucket``, ``argv``...).
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
 class TrainerAdapter(ABC):
     """One trainer. Subclasses set ``name`` and are listed in ``autotune.trainers.registry``."""
 
@@ -121,7 +138,6 @@ class TrainerAdapter(ABC):
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
         """The knob values the baseline already has, plus ``gradient_accumulation_steps``."""
 
-    @abstractmethod
     def render(
         self,
         baseline: Baseline,
@@ -131,7 +147,48 @@ class TrainerAdapter(ABC):
         steps: int,
         trial_dir: Path,
     ) -> LaunchSpec:
-        """Write the trial's config under ``trial_dir`` and return how to launch it."""
+        """Write the trial's config under ``trial_dir`` and return how to launch it.
+
+        The skeleton every trainer shares: the steps check, the trial folder, the trial record, the
+        metrics-file env and the hook. What differs (the knob values, the data view, the config and
+        the argv) is the adapter's ``write_trial``."""
+        check_positive_int("steps", steps)
+        trial_dir = Path(trial_dir).resolve()
+        trial = self.write_trial(
+            baseline,
+            params,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            steps=steps,
+            trial_dir=trial_dir,
+        )
+        gpus = trial.num_gpus if trial.num_gpus is not None else max(1, baseline.num_gpus)
+        write_trial_record(
+            trial_dir,
+            trainer=self.name,
+            batch_size=trial.batch_size,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            num_gpus=gpus,
+            effective_batch=trial.batch_size * gradient_accumulation_steps * gpus,
+            steps=steps,
+            **trial.record,
+        )
+        env = {**trial.env, **metrics_env(trial_dir)}
+        if self.hook:  # after the adapter's env: a baseline's PYTHONPATH stays, behind the hook's folder
+            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
+        return LaunchSpec(argv=tuple(trial.argv), cwd=trial.cwd, env=env)
+
+    @abstractmethod
+    def write_trial(
+        self,
+        baseline: Baseline,
+        params: Params,
+        *,
+        gradient_accumulation_steps: int,
+        steps: int,
+        trial_dir: Path,
+    ) -> TrialLaunch:
+        """Write the trial's config under ``trial_dir`` (absolute; made here, after any
+        ``CandidateRefused``) and say how to launch it (``render`` does the rest)."""
 
     @abstractmethod
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:

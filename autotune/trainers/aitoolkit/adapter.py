@@ -32,22 +32,18 @@ from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
-    hook_env,
     hook_option,
     launcher_option,
     merge_metrics,
-    metrics_env,
     read_trial_record,
     real_samples_per_s,
     same_value,
     take_options,
-    write_trial_record,
 )
 from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.aitklog import read_aitk_output
@@ -226,7 +222,7 @@ class AiToolkitAdapter(TrainerAdapter):
             edits[GRAD_ACCUM_KEY] = gradient_accumulation_steps
         return edits
 
-    def render(
+    def write_trial(
         self,
         baseline: Baseline,
         params: Params,
@@ -234,9 +230,7 @@ class AiToolkitAdapter(TrainerAdapter):
         gradient_accumulation_steps: int,
         steps: int,
         trial_dir: Path,
-    ) -> LaunchSpec:
-        check_positive_int("steps", steps)
-        trial_dir = Path(trial_dir).resolve()
+    ) -> TrialLaunch:
         edits = self.knob_edits(baseline, params, gradient_accumulation_steps)
         cwd = self.cwd(baseline)
         bucket, datasets = largest_bucket(baseline.data, str(baseline.path or "<config>"))
@@ -248,21 +242,14 @@ class AiToolkitAdapter(TrainerAdapter):
         config_path = trial_dir / CONFIG_NAME
         config_path.write_text(cfg.dump(), encoding="utf-8")
         merged = {**self.baseline_params(baseline), **params}
-        write_trial_record(
-            trial_dir,
-            trainer=self.name,
-            job_name=str(_get(baseline.data, "config.name", "")),
+        return TrialLaunch(
+            argv=self.train_argv(cwd, config_path),
+            cwd=cwd,
             batch_size=merged["batch_size"],
-            gradient_accumulation_steps=gradient_accumulation_steps,
+            env=RUN_ENV,
             num_gpus=1,
-            effective_batch=merged["batch_size"] * gradient_accumulation_steps,
-            steps=steps,
-            data_bucket=bucket,
+            record={"job_name": str(_get(baseline.data, "config.name", "")), "data_bucket": bucket},
         )
-        env = {**RUN_ENV, **metrics_env(trial_dir)}
-        if self.hook:
-            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
-        return LaunchSpec(argv=tuple(self.train_argv(cwd, config_path)), cwd=cwd, env=env)
 
     def train_argv(self, cwd: Path | None, config_path: Path) -> list[str]:
         """``python run.py CONFIG`` (README.md:198), with the checkout's venv when it has one."""

@@ -40,21 +40,18 @@ from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec, env_prefix
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
+from autotune.execution.launch import env_prefix
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
-    hook_env,
     hook_option,
     merge_metrics,
-    metrics_env,
     read_trial_record,
     real_samples_per_s,
     same_value,
     take_options,
-    write_trial_record,
 )
 from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.chain import printed_readings
@@ -275,7 +272,7 @@ class CommandAdapter(TrainerAdapter):
     def launch_folder(self) -> Path | None:
         return self.cwd
 
-    def render(
+    def write_trial(
         self,
         baseline: Baseline,
         params: Params,
@@ -283,29 +280,16 @@ class CommandAdapter(TrainerAdapter):
         gradient_accumulation_steps: int,
         steps: int,
         trial_dir: Path,
-    ) -> LaunchSpec:
-        check_positive_int("steps", steps)
-        trial_dir = Path(trial_dir).resolve()
+    ) -> TrialLaunch:
         values = self._params(baseline, params, gradient_accumulation_steps)
         trial_dir.mkdir(parents=True, exist_ok=True)
         config_path = trial_dir / "config.yaml"
         config_path.write_text(self._config_text(baseline, values, steps, params), encoding="utf-8")
         argv = self._fill({**values, "config": config_path, "steps": steps, "trial_dir": trial_dir})
-        gpus = max(1, baseline.num_gpus)
-        write_trial_record(
-            trial_dir,
-            trainer=self.name,
-            batch_size=values["batch_size"],
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            num_gpus=gpus,
-            effective_batch=values["batch_size"] * gradient_accumulation_steps * gpus,
-            steps=steps,
-            argv=argv,
+        env = {"PYTHONUNBUFFERED": "1", "COLUMNS": "250", **self.script_env}
+        return TrialLaunch(
+            argv=argv, cwd=self.cwd, batch_size=values["batch_size"], env=env, record={"argv": argv}
         )
-        env = {"PYTHONUNBUFFERED": "1", "COLUMNS": "250", **self.script_env, **metrics_env(trial_dir)}
-        if self.hook:
-            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
-        return LaunchSpec(argv=tuple(argv), cwd=self.cwd, env=env)
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
         try:

@@ -27,8 +27,7 @@ from typing import Any, ClassVar
 from autotune.config.tomledit import TomlConfig, load_toml_data
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.dpipe.data import describe, keep_largest_bucket
 from autotune.trainers.dpipe.models import (
     BLOCK_SWAP_MODELS,
@@ -46,16 +45,13 @@ from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
-    hook_env,
     hook_option,
     launcher_option,
     merge_metrics,
-    metrics_env,
     read_trial_record,
     real_samples_per_s,
     same_value,
     take_options,
-    write_trial_record,
 )
 from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
@@ -281,7 +277,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
         own = (baseline.data.get("optimizer") or {}).get("type")
         return own if isinstance(own, str) and own.lower() == value.lower() else value
 
-    def render(
+    def write_trial(
         self,
         baseline: Baseline,
         params: Params,
@@ -289,9 +285,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
         gradient_accumulation_steps: int,
         steps: int,
         trial_dir: Path,
-    ) -> LaunchSpec:
-        check_positive_int("steps", steps)
-        trial_dir = Path(trial_dir).resolve()
+    ) -> TrialLaunch:
         knobs = self.knob_values(baseline, params, gradient_accumulation_steps)
         cwd = self.cwd(baseline)
         source = str(baseline.path or "<baseline>")
@@ -314,22 +308,13 @@ class DiffusionPipeAdapter(TrainerAdapter):
                 cfg.set(key, value)
         config_path = trial_dir / CONFIG_NAME
         config_path.write_text(cfg.text, encoding="utf-8")
-        batch = knobs[KNOB_KEYS["batch_size"]]
-        gpus = max(1, baseline.num_gpus)
-        write_trial_record(
-            trial_dir,
-            trainer=self.name,
-            batch_size=batch,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            num_gpus=gpus,
-            effective_batch=batch * gradient_accumulation_steps * gpus,
-            steps=steps,
-            data_bucket=describe(bucket),
+        return TrialLaunch(
+            argv=self.launch_command(baseline, config_path),
+            cwd=cwd,
+            batch_size=knobs[KNOB_KEYS["batch_size"]],
+            env=RUN_ENV,
+            record={"data_bucket": describe(bucket)},
         )
-        env = {**RUN_ENV, **metrics_env(trial_dir)}
-        if self.hook:
-            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
-        return LaunchSpec(argv=tuple(self.launch_command(baseline, config_path)), cwd=cwd, env=env)
 
     def launch_command(self, baseline: Baseline, config_path: Path) -> list[str]:
         """README.md:118: ``deepspeed --num_gpus=N train.py --deepspeed --config CONFIG``."""

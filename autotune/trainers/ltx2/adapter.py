@@ -20,22 +20,18 @@ from autotune.core.space import from_study_value, to_study_value
 from autotune.core.timing import WARMUP_STEPS
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
-    hook_env,
     hook_option,
     launcher_option,
     merge_metrics,
-    metrics_env,
     read_trial_record,
     real_samples_per_s,
     same_value,
     take_options,
-    write_trial_record,
 )
 from autotune.trainers.kit.output import finish_metrics, read_output
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
@@ -181,7 +177,7 @@ class Ltx2Adapter(TrainerAdapter):
             (KNOB_KEYS["gradient_checkpointing"], merged["gradient_checkpointing"]),
         ]
 
-    def render(
+    def write_trial(
         self,
         baseline: Baseline,
         params: Params,
@@ -189,9 +185,7 @@ class Ltx2Adapter(TrainerAdapter):
         gradient_accumulation_steps: int,
         steps: int,
         trial_dir: Path,
-    ) -> LaunchSpec:
-        check_positive_int("steps", steps)
-        trial_dir = Path(trial_dir).resolve()
+    ) -> TrialLaunch:
         values = self.knob_values(baseline, params, gradient_accumulation_steps)
         batch = dict(values)[KNOB_KEYS["batch_size"]]
         cwd = self.cwd(baseline)
@@ -219,23 +213,12 @@ class Ltx2Adapter(TrainerAdapter):
         cfg.set_many(edits)
         config_path = trial_dir / "config.yaml"
         config_path.write_text(cfg.dump(), encoding="utf-8")
-        gpus = max(1, baseline.num_gpus)
-        write_trial_record(
-            trial_dir,
-            trainer=self.name,
-            batch_size=batch,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            num_gpus=gpus,
-            effective_batch=batch * gradient_accumulation_steps * gpus,
-            steps=steps,
-            validation_step=steps - 1 if dict(recipe).get("validation.interval") else None,
-            data_bucket=view.describe() if view is not None else None,
-        )
-        env = {**RUN_ENV, **metrics_env(trial_dir)}
-        if self.hook:
-            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
+        record = {
+            "validation_step": steps - 1 if dict(recipe).get("validation.interval") else None,
+            "data_bucket": view.describe() if view is not None else None,
+        }
         argv = self.launch_argv(baseline, config_path, progress_bars=False)
-        return LaunchSpec(argv=tuple(argv), cwd=cwd, env=env)
+        return TrialLaunch(argv=argv, cwd=cwd, batch_size=batch, env=RUN_ENV, record=record)
 
     def _data_view(self, baseline: Baseline, cwd: Path, trial_dir: Path, needed: int) -> DataView | None:
         """The largest bucket's samples linked under the trial folder (None: data not here or unread)."""

@@ -54,8 +54,8 @@ from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec, redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
+from autotune.execution.launch import redacted_env
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_value,
@@ -68,15 +68,12 @@ from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
-    hook_env,
     hook_option,
     launcher_option,
     merge_metrics,
-    metrics_env,
     read_trial_record,
     real_samples_per_s,
     take_options,
-    write_trial_record,
 )
 from autotune.trainers.kit.launchscript import (
     SCRIPT_HEAD,
@@ -327,7 +324,7 @@ class MusubiAdapter(TrainerAdapter):
             args = set_value_flag(args, GRAD_ACCUM_FLAG, str(gradient_accumulation_steps))
         return args, batch
 
-    def render(
+    def write_trial(
         self,
         baseline: Baseline,
         params: Params,
@@ -335,9 +332,7 @@ class MusubiAdapter(TrainerAdapter):
         gradient_accumulation_steps: int,
         steps: int,
         trial_dir: Path,
-    ) -> LaunchSpec:
-        check_positive_int("steps", steps)
-        trial_dir = Path(trial_dir).resolve()
+    ) -> TrialLaunch:
         args, batch = self.knob_args(baseline, params, gradient_accumulation_steps)
         for flag in DROP_VALUE_FLAGS:
             args = drop_value_flag(args, flag)
@@ -371,20 +366,14 @@ class MusubiAdapter(TrainerAdapter):
             encoding="utf-8",
         )
         (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
-        write_trial_record(
-            trial_dir,
-            trainer=self.name,
+        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
+        return TrialLaunch(
+            argv=argv,
+            cwd=Path(record["cwd"]),
             batch_size=batch,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            num_gpus=gpus,
-            effective_batch=batch * gradient_accumulation_steps * gpus,
-            steps=steps,
-            data_bucket=view.describe(),
+            env=env,
+            record={"data_bucket": view.describe()},
         )
-        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"], **metrics_env(trial_dir)}
-        if self.hook:
-            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
-        return LaunchSpec(argv=tuple(argv), cwd=Path(record["cwd"]), env=env)
 
     def _argv(self, record: dict[str, Any], args: list[str], gpus: int) -> list[str]:
         """``launcher script args``: the command's own ``accelerate launch ...`` (``--num_processes``

@@ -33,8 +33,8 @@ from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.execution.launch import LaunchSpec, redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits
+from autotune.execution.launch import redacted_env
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_value,
@@ -47,15 +47,12 @@ from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
-    hook_env,
     hook_option,
     launcher_option,
     merge_metrics,
-    metrics_env,
     read_trial_record,
     real_samples_per_s,
     take_options,
-    write_trial_record,
 )
 from autotune.trainers.kit.launchscript import (
     SCRIPT_HEAD,
@@ -174,7 +171,7 @@ class SanaAdapter(TrainerAdapter):
             args = set_bool_flag(args, flag, merged[knob])
         return args
 
-    def render(
+    def write_trial(
         self,
         baseline: Baseline,
         params: Params,
@@ -182,9 +179,7 @@ class SanaAdapter(TrainerAdapter):
         gradient_accumulation_steps: int,
         steps: int,
         trial_dir: Path,
-    ) -> LaunchSpec:
-        check_positive_int("steps", steps)
-        trial_dir = Path(trial_dir).resolve()
+    ) -> TrialLaunch:
         args = self.knob_args(baseline, params, gradient_accumulation_steps)
         args = set_value_flag(args, STEPS_FLAG, str(steps))
         args = set_value_flag(args, OUTPUT_FLAG, str(trial_dir / "output"))
@@ -207,21 +202,10 @@ class SanaAdapter(TrainerAdapter):
             encoding="utf-8",
         )
         (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
-        batch = int_flag(args, BATCH_FLAG, 1)
-        gpus = max(1, baseline.num_gpus)
-        write_trial_record(
-            trial_dir,
-            trainer=self.name,
-            batch_size=batch,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            num_gpus=gpus,
-            effective_batch=batch * gradient_accumulation_steps * gpus,
-            steps=steps,
+        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
+        return TrialLaunch(
+            argv=argv, cwd=Path(record["cwd"]), batch_size=int_flag(args, BATCH_FLAG, 1), env=env
         )
-        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"], **metrics_env(trial_dir)}
-        if self.hook:  # after the baseline's env: its PYTHONPATH stays, behind the hook's folder
-            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
-        return LaunchSpec(argv=tuple(argv), cwd=Path(record["cwd"]), env=env)
 
     def _argv(self, record: dict[str, Any], args: list[str], gpus: int) -> list[str]:
         launcher = self.launcher or record["launcher"]
