@@ -13,7 +13,7 @@ from autotune.core.timing import MIN_STEADY_STEPS, steady_state, too_short_text
 from autotune.core.verdict import measured_attrs
 from autotune.sweep.measure import summary
 from autotune.trainers import get_adapter
-from autotune.trainers.readers.hookfile import read_hook_file
+from autotune.trainers.kit.readers.hookfile import read_hook_file
 
 
 def _hook(tmp_path: Path, times: list[float], *, counted: int = 0, samples: list[int] | None = None) -> Path:
