@@ -78,3 +78,17 @@ def test_training_that_does_not_fit_still_dies_of_a_real_oom(tmp_path: Path) -> 
     assert proc.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory." in proc.stderr
     assert records[-1]["event"] == "exit" and records[-1]["exception"].startswith("torch.OutOfMemoryError")
+
+
+def test_a_script_that_never_trains_puts_nothing_on_the_card(tmp_path: Path) -> None:
+    """No module forward, no optimizer step: nothing reached the device, so no peak (not 0)."""
+    hook_file = tmp_path / "hook.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
+    env.update(
+        {"PYTHONPATH": str(HOOK_DIR), "AUTOTUNE_HOOK_FILE": str(hook_file), "AUTOTUNE_EMULATED_VRAM_GB": "1"}
+    )
+    code = "import torch; x = torch.randn(1 << 20); print(float(x.sum()))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    exit_line = [json.loads(line) for line in hook_file.read_text(encoding="utf-8").splitlines()][-1]
+    assert exit_line["event"] == "exit" and exit_line["max_memory_reserved_gb"] is None

@@ -77,6 +77,8 @@ class EmulatedCard(TorchDispatchMode):
         self._sizes: dict[int, int] = {}  # storage data_ptr -> bytes counted
         self._refs: dict[int, weakref.ref[Any]] = {}
         self._allocates: dict[Any, bool] = {}
+        #: False until ``count_from_first_use`` saw the first use: nothing on the device yet, no peak.
+        self.counting = True
 
     # -- counting -------------------------------------------------------------------------------
     def _freed(self, key: int) -> None:
@@ -140,6 +142,7 @@ class EmulatedCard(TorchDispatchMode):
           GPU it would be a copy of one batch).
         """
         started = False
+        self.counting = False
         seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         adopted: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -147,6 +150,7 @@ class EmulatedCard(TorchDispatchMode):
             nonlocal started
             if not started and os.getpid() == self.owner:
                 started = True
+                self.counting = True
                 self.__enter__()
 
         def on_forward(module: torch.nn.Module, args: Any) -> None:

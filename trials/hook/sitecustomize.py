@@ -109,7 +109,8 @@ class _Recorder:
             fields["max_memory_reserved_gb"] = self.torch.cuda.max_memory_reserved() / GIB
             fields["max_memory_allocated_gb"] = self.torch.cuda.max_memory_allocated() / GIB
         else:
-            peak = self.card.peak if self.card is not None else self.card_peak
+            card = self.card
+            peak = (card.peak if card.counting else None) if card is not None else self.card_peak
             if peak is not None:
                 fields["max_memory_reserved_gb"] = fields["max_memory_allocated_gb"] = peak / GIB
         return fields
