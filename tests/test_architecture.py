@@ -1,4 +1,4 @@
-"""The layering, checked on the source (DESIGN.md, "Layout"; issue 14, "Packages that show the design"):
+"""The layering, checked on the source (docs/architecture.md):
 
 - the parent side (``autotune/``) never imports torch, the child side (``trials/``) never imports
   the orchestrator;

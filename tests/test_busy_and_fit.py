@@ -1,4 +1,4 @@
-"""Timing you can trust and fit never claimed unmeasured (issue 15, items 5 and 8).
+"""Timing you can trust and fit never claimed unmeasured.
 
 - A trial run beside a busy process (a real spinner) or beside another process on its GPU
   (the fake NVML seam) is flagged, in its record, its progress line and the report.

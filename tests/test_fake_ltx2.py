@@ -1,4 +1,4 @@
-"""The fake LTX-2 trainer behaves like the real one (issue 16), and trials on it never resume.
+"""The fake LTX-2 trainer behaves like the real one, and trials on it never resume.
 
 Its premises are read off the real trainer's logs (``../shared/fixtures/ltx2/logs``) where they
 exist; resume, output paths and the whole-card peak follow ``trainer.py`` (cited in the fake).

@@ -17,7 +17,7 @@ def test_knob_file_loads_saving_to_hungry(tmp_path: Path) -> None:
     s = load_space(path, max_batch_size=8, allow_extra_savers=False)
     assert s.names == ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
     assert s.knob("quantization").values == ("int8-quanto", "none")
-    assert s.knob("batch_size").values == (1, 2, 3, 4, 5, 6, 7, 8)  # every integer (issue 17)
+    assert s.knob("batch_size").values == (1, 2, 3, 4, 5, 6, 7, 8)  # every integer
     assert s.knob("gradient_checkpointing").values == (True, False)
     assert s.batch_knob == "batch_size"
     assert len(s) == 2 * 2 * 8 * 2 == len(list(s))

@@ -1,4 +1,4 @@
-"""Optuna's own tools read our study and never call a config that does not fit "best" (issue 19).
+"""Optuna's own tools read our study and never call a config that does not fit "best".
 
 A real sweep runs (``python -m autotune sweep --cmd ...`` over ``tests/fakes/sweep_trainer.py``)
 on a landscape where the fastest measured trial is over the headroom line: the fake's card is

@@ -332,7 +332,7 @@ def test_sim_trainer_prints_ltx2_statistics_or_a_cuda_oom(tmp_path: Path) -> Non
     assert "Training Statistics" not in run.stdout
 
 
-# -- integer batch sizes, noise, learned priors (issue 17) ----------------------------------------
+# -- integer batch sizes, noise, learned priors ----------------------------------------
 BATCH_ONLY = "knobs:\n  - name: batch_size\n    type: int\n"
 
 
