@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,20 +181,20 @@ def test_non_oom_failures_are_not_retried_forever(outcome: str) -> None:
     assert result.best is not None and result.best.candidate.params["quantization"] == "none"
 
 
-def test_next_candidate_is_fast_with_100_observations() -> None:
+def test_next_candidate_with_100_observations_answers_the_same_and_leaves_history_alone() -> None:
+    """A long history (its cost per call is measured by ``scripts/bench_strategy_calls.py``)."""
     s = Space.from_text(KNOBS_YAML, max_batch_size=32, allow_extra_savers=True)
     land = generate(7)
     history = []
     for c in list(s)[:100]:
         r = land.simulate(c.params)
         history.append(Observation(c, r.outcome, r.samples_per_s, r.peak_vram_gb, None, r.spread))
+    before = list(history)
     strat = Strategy(s, s.candidate(land.baseline), land.card_gb, land.headroom)
-    start = time.perf_counter()
-    for _ in range(5):
-        strat.next_candidate(history)
-    per_call = (time.perf_counter() - start) / 5
-    print(f"next_candidate with 100 observations, grid {len(s)}: {per_call * 1000:.1f} ms")
-    assert per_call < 0.25  # aim: well under 50 ms; generous for a loaded CI machine
+    answers = {strat.next_candidate(history) for _ in range(5)}
+    assert len(answers) == 1 and history == before
+    (answer,) = answers
+    assert answer is None or answer in set(s)
 
 
 # -- whole searches on simulated landscapes ------------------------------------------------------
