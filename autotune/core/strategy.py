@@ -156,20 +156,6 @@ class Strategy:
         best = verdict.winner(pool, self.min_noise)
         return best.item if best is not None else None
 
-    def runner_up(self, history: Sequence[Observation]) -> Observation | None:
-        """The best once the best's candidate is set aside (the near-tie rule's other contender)."""
-        _, second = self._top_two(self._read(history))
-        if second is None:
-            return None
-        return Observation(second.candidate, "ok", second.samples_per_s, second.peak, True, second.spread)
-
-    def _top_two(self, k: Knowledge) -> tuple[Point | None, Point | None]:
-        best = self._best(k)
-        if best is None:
-            return None, None
-        rest = Knowledge(points={c: p for c, p in k.points.items() if c != best.candidate}, nan=k.nan)
-        return best, self._best(rest)
-
     def remeasure(self, history: Sequence[Observation]) -> Candidate | None:
         """The next re-run of a near-tie (see "Re-measure" above), or None when none is due."""
         k = self._read(history)
