@@ -131,14 +131,6 @@ class Strategy:
         """Every candidate never run because real runs proved it cannot fit (or its knobs failed)."""
         return memory.ruled_out(self._grid, self._read(history))
 
-    def fits_by_dominance(self, history: Sequence[Observation], candidate: Candidate) -> list[Candidate]:
-        """Measured fitting candidates that need at least as much memory as ``candidate``.
-
-        Non-empty means ``candidate`` fits too; it is still run when it could win on speed.
-        """
-        k = self._read(history)
-        return memory.fits_by_dominance(self._grid, k, self.space.candidate(candidate.params))
-
     # -- the best so far -------------------------------------------------------------------
     def best(self, history: Sequence[Observation]) -> Observation | None:
         """The fastest fitting finite-loss candidate; near-ties within noise go to higher fidelity."""
