@@ -57,13 +57,12 @@ TEMPLATE = (
 
 
 def _fake_env(tmp: Path, sleep_s: float = 0.3, **extra: str) -> dict[str, str]:
-    return cli_env(
-        drop=("SWEEP_FAKE_", "PINNED_FAKE_"),
-        PINNED_FAKE_LOG=str(tmp / "launches.jsonl"),
-        SWEEP_FAKE_SLEEP_S=str(sleep_s),
-        SWEEP_FAKE_CARD_GB=str(CARD_GB),
-        **extra,
-    )
+    fake = {
+        "PINNED_FAKE_LOG": str(tmp / "launches.jsonl"),
+        "SWEEP_FAKE_SLEEP_S": str(sleep_s),
+        "SWEEP_FAKE_CARD_GB": str(CARD_GB),
+    }
+    return cli_env(drop=("SWEEP_FAKE_", "PINNED_FAKE_"), **{**fake, **extra})
 
 
 def _launches(tmp: Path, event: str = "start") -> list[dict[str, Any]]:

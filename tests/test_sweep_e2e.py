@@ -40,13 +40,12 @@ TEMPLATE = (
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    return cli_env(
-        drop=("SWEEP_FAKE_",),
-        SWEEP_FAKE_LAUNCHES=str(tmp / "launches.jsonl"),
-        SWEEP_FAKE_SLEEP_S="0.05",
-        SWEEP_FAKE_CARD_GB=str(CARD_GB),
-        **extra,
-    )
+    fake = {
+        "SWEEP_FAKE_LAUNCHES": str(tmp / "launches.jsonl"),
+        "SWEEP_FAKE_SLEEP_S": "0.05",
+        "SWEEP_FAKE_CARD_GB": str(CARD_GB),
+    }
+    return cli_env(drop=("SWEEP_FAKE_",), **{**fake, **extra})
 
 
 def _argv(tmp: Path, *extra: str) -> list[str]:
