@@ -21,7 +21,7 @@ from autotune.sweep.api import run_sweep
 from autotune.sweep.options import OPTIONS_ATTR, SweepOptions
 from autotune.trainers import registry
 from autotune.trainers.base import Baseline
-from autotune.trainers.command import CommandAdapter
+from autotune.trainers.command.adapter import CommandAdapter
 from tests.helpers import FAKES, cli_env
 
 SCRIPT = f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'knob_script.py'))}"
