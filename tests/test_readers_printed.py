@@ -18,25 +18,14 @@ from autotune.trainers.kit.readers.iterlog import read_iter_lines
 from autotune.trainers.kit.readers.tqdmbar import parse_bars, read_lightning, read_tqdm, training_bar
 from autotune.trainers.registry import get_adapter
 from autotune.trainers.sana.adapter import parse_tqdm
-from tests.conftest import REPO
+from tests.helpers import need_shared, shared_path
 
-
-def _shared(name: str) -> Path:
-    """``../shared/fixtures/<name>`` beside the checkout or a folder above it (as conftest finds LTX-2's)."""
-    for parent in REPO.parents:
-        candidate = parent / "shared" / "fixtures" / name
-        if candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "fixtures" / name
-
-
-HF = _shared("hf-trainer-real")
-SANA = _shared("sana-diffusers-real")
+HF = shared_path("hf-trainer-real")
+SANA = shared_path("sana-diffusers-real")
 
 
 def _need(folder: Path) -> None:
-    if not folder.is_dir():
-        pytest.skip(f"real trainer outputs not found at {folder}")
+    need_shared(folder)
 
 
 def _hf_output(run: str) -> str:

@@ -43,16 +43,6 @@ def read_knob_file(path: Path | str) -> Any:
     return load_yaml(text, str(path))
 
 
-def load_space(path: Path | str, *, max_batch_size: int, allow_extra_savers: bool) -> Space:
-    """The ``Space`` of knob file ``path``; errors name the file and the knob."""
-    return Space.from_mapping(
-        read_knob_file(path),
-        source=str(path),
-        max_batch_size=max_batch_size,
-        allow_extra_savers=allow_extra_savers,
-    )
-
-
 def trainer_fidelity(trainer: str, knobs: Sequence[str] | None = None) -> dict[str, ParamValue]:
     """The preferred values of ``trainer``'s shipped knob file, only for ``knobs`` when given
     (the knobs the sweep had: a knob the trainer never received breaks no tie).
