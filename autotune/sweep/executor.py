@@ -151,24 +151,22 @@ class TrialExecutor:
             scheduler.finish_trial(trial, attrs_end, None)
             raise error
         assert result is not None
-        attrs_end.update(
-            measure(
-                plan.adapter,
-                result,
-                trial_dir,
-                effective,
-                card_gb=self.card.vram_gb,
-                headroom=opts.headroom,
-                # A trainer's whole-card figure is of device 0 (LTX-2 asks nvidia-smi for the
-                # index it sees, 0 under a pinned CUDA_VISIBLE_DEVICES): the trial's card only
-                # when that is where it runs, or when no NVML says otherwise.
-                trainer_card_is_the_trials=not self.card.indices or self.card.indices[0] == 0,
-                host_ram_gb=plan.host_ram_gb,
-            )
+        judged = measure(
+            plan.adapter,
+            result,
+            trial_dir,
+            effective,
+            card_gb=self.card.vram_gb,
+            headroom=opts.headroom,
+            # A trainer's whole-card figure is of device 0 (LTX-2 asks nvidia-smi for the
+            # index it sees, 0 under a pinned CUDA_VISIBLE_DEVICES): the trial's card only
+            # when that is where it runs, or when no NVML says otherwise.
+            trainer_card_is_the_trials=not self.card.indices or self.card.indices[0] == 0,
+            host_ram_gb=plan.host_ram_gb,
+            steps=steps or plan.steps,
         )
-        attrs_end.update(TrialRecord.attrs_of(wall_s=round(result.wall_s, 3)))
-        record = TrialRecord(trial.number, attrs=attrs_end)
-        value = record.samples_per_s if record.is_ok else None
+        attrs_end.update(judged.attrs)
+        value = judged.value
         finished = scheduler.finish_trial(trial, attrs_end, value)
         self.progress.trial_finished(trial.number, summary(attrs_end))
         if (no_peak := first_without_peak(study, trial.number, attrs_end)) is not None:

@@ -36,8 +36,9 @@ import yaml
 
 from autotune.config.shellscript import parse_launch_script, uses_shell_syntax
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, env_prefix
@@ -47,22 +48,20 @@ from autotune.trainers.common import (
     check_positive_int,
     effective_batch_of,
     hook_option,
-    merge_metrics,
     metrics_env,
+    read_output,
     read_trial_record,
-    real_samples_per_s,
     same_value,
     take_options,
+    trainer_reading,
     write_trial_record,
 )
 from autotune.trainers.ltx2 import (
     GRAD_ACCUM_KEY,
     KNOB_KEYS,
     STEPS_KEY,
-    finish_metrics,
     get_dotted,
     hook_env,
-    read_output,
 )
 from autotune.trainers.readers.chain import printed_readings
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
@@ -322,10 +321,11 @@ class CommandAdapter(TrainerAdapter):
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
             accumulation = record.get("gradient_accumulation_steps")
             printed = printed_readings(text, accumulation if isinstance(accumulation, int) else 1)
-            merged = merge_metrics(file_metrics, log, hook, *printed)
-            counted = real_samples_per_s(hook, file_metrics)
+            own = trainer_reading(file_metrics, log, *printed, own_rate=True)
             real = real_batch(text, batch)  # a diffusers-style script's partial batches count as partial
-            return finish_metrics(merged, real, keep_reported=True, counted=counted)
+            # Any script: what its data loaders yielded over the run is what it trained (a template
+            # may not name the batch at all); over the whole run a one-batch look-ahead evens out.
+            return combine(Readings(hook=hook, trainer=own, effective_batch=real, loader_count_right=True))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

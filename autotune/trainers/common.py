@@ -6,11 +6,11 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import merge_metrics as merge_metrics  # re-exported: the adapters, tests
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import check_program
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME
@@ -67,10 +67,36 @@ def hook_option(options: Mapping[str, Any], trainer: str) -> bool:
     return value
 
 
-def real_samples_per_s(hook: TrialMetrics, file_metrics: TrialMetrics) -> float | None:
-    """Samples/s from what the data loaders really yielded (the hook's count), unless the trainer's
-    own metrics file states its samples/s (its own figure, on purpose); ``None``: credit the batch."""
-    return hook.samples_per_s if file_metrics.samples_per_s is None else None
+#: How much of each of a trial's logs is read (its end: the metrics and the failure sit there).
+LOG_TAIL_BYTES = 32 * 1024 * 1024
+
+
+def read_output(trial_dir: Path, output: str, *paths: Path) -> str:
+    """The trial's output: as given, else the last ``LOG_TAIL_BYTES`` of each of ``paths`` (default
+    the runner's ``stdout.log`` and ``stderr.log``), stdout first."""
+    if output:
+        return output
+    parts = []
+    for path in paths or (trial_dir / "stdout.log", trial_dir / "stderr.log"):
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - LOG_TAIL_BYTES))
+                parts.append(fh.read().decode("utf-8", errors="replace"))
+        except (OSError, TypeError, ValueError):
+            continue
+    return "\n".join(parts)
+
+
+def trainer_reading(*readings: TrialMetrics, own_rate: bool) -> TrialMetrics:
+    """The trainer's own readings merged, the better first; ``own_rate``: its stated samples/s is a
+    figure to keep (DeepSpeed's, a metrics file's), else only its step time counts (a progress bar's
+    rate is of its own ``it``, not of samples)."""
+    merged = merge_metrics(*readings)
+    if not own_rate and merged.step_time_s is not None:
+        merged.samples_per_s = None
+    return merged
 
 
 def write_trial_record(trial_dir: Path, **record: Any) -> None:
@@ -91,44 +117,6 @@ def read_trial_record(trial_dir: Path) -> dict[str, Any]:
 def effective_batch_of(record: Mapping[str, Any]) -> int | None:
     value = record.get("effective_batch")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-#: Fields that travel with ``step_time_s`` in a merge: they describe the same series of steps.
-_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s")
-
-
-def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:
-    """Field by field, the first reading that has a value wins; sources are listed in order.
-
-    Losses: a reading that saw a non-finite loss wins over the others (any reader's NaN
-    makes the trial ``nan``)."""
-    merged = TrialMetrics()
-    # A spread belongs to the step time it was measured with: never one reader's time, another's spread.
-    timed = next((r for r in readings if r.step_time_s is not None), None)
-    peaked = next((r for r in readings if r.trainer_peak_vram_gb is not None), None)
-    for f in fields(TrialMetrics):
-        if f.name == "source":
-            continue
-        if timed is not None and f.name in _WITH_STEP_TIME:
-            setattr(merged, f.name, getattr(timed, f.name))
-            continue
-        if f.name == "trainer_peak_device_wide":  # says what the merged trainer figure is
-            merged.trainer_peak_device_wide = peaked.trainer_peak_device_wide if peaked else None
-            continue
-        if f.name == "losses" and (diverged := [r for r in readings if r.nan_loss]):
-            merged.losses = list(diverged[0].losses)
-            continue
-        for reading in readings:
-            value = getattr(reading, f.name)
-            if value not in (None, [], ""):
-                setattr(merged, f.name, value)
-                break
-    merged.source = "+".join(r.source for r in readings if r.source and _has_any(r))
-    return merged
-
-
-def _has_any(m: TrialMetrics) -> bool:
-    return any(getattr(m, f.name) not in (None, [], "") for f in fields(TrialMetrics) if f.name != "source")
 
 
 def check_params(params: Mapping[str, Any], known: Iterable[str], trainer: str) -> None:

@@ -9,16 +9,16 @@ directory. Its numbers come from its own ``Step`` lines and statistics block
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
 from autotune.core.timing import WARMUP_STEPS
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
@@ -30,12 +30,12 @@ from autotune.trainers.common import (
     hook_env,
     hook_option,
     launcher_option,
-    merge_metrics,
     metrics_env,
+    read_output,
     read_trial_record,
-    real_samples_per_s,
     same_value,
     take_options,
+    trainer_reading,
     write_trial_record,
 )
 from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
@@ -47,7 +47,7 @@ from autotune.trainers.ltx2_view import VIEW_DIR, Buckets, DataView, build_view,
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
-from autotune.trainers.readers.phases import read_phase_peaks, without_step
+from autotune.trainers.readers.phases import without_step
 
 #: Study param -> the config key it sets.
 KNOB_KEYS: dict[str, str] = {
@@ -68,37 +68,6 @@ CODE_DEFAULTS: dict[str, Any] = {
 QUANTIZATIONS = ("int8-quanto", "int4-quanto", "int2-quanto", "fp8-quanto", "fp8uz-quanto", "none")
 OPTIMIZERS = ("adamw", "adamw8bit")
 RUN_ENV = {"COLUMNS": "250", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
-_MAX_LOG_BYTES = 32 * 1024 * 1024
-
-
-def read_output(trial_dir: Path, output: str) -> str:
-    """The trial's output: as given, else what the runner wrote to ``stdout.log``/``stderr.log``."""
-    if output:
-        return output
-    parts = []
-    for name in ("stdout.log", "stderr.log"):
-        try:
-            with open(trial_dir / name, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - _MAX_LOG_BYTES))
-                parts.append(fh.read().decode("utf-8", errors="replace"))
-        except (OSError, TypeError, ValueError):
-            continue
-    return "\n".join(parts)
-
-
-def finish_metrics(
-    metrics: TrialMetrics, effective_batch: float | None, *, keep_reported: bool, counted: float | None = None
-) -> TrialMetrics:
-    """Samples/s: ``counted`` (the data loaders' real batches, read by the hook) when there is one,
-    else from the steady step time and the batch we asked for (the trainer's own figure is coarse)."""
-    if counted is not None:
-        metrics.samples_per_s = counted
-        return metrics
-    if effective_batch and metrics.step_time_s and not (keep_reported and metrics.samples_per_s):
-        metrics.samples_per_s = effective_batch / metrics.step_time_s
-    return metrics
 
 
 class Ltx2Adapter(TrainerAdapter):
@@ -356,20 +325,21 @@ class Ltx2Adapter(TrainerAdapter):
             parsed = parse_ltx2_output(read_output(trial_dir, output))
             if validation_step is not None:  # that step's line timed the validation pass too
                 parsed.steps = [s for s in parsed.steps if s.step != validation_step]
-            log = parsed.to_metrics(effective_batch_of(record))
-            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
+            batch = effective_batch_of(record)
+            own = trainer_reading(  # its Samples/second ignores GA: the batch over its step time instead
+                *self._trainer_order(
+                    parsed.to_metrics(batch), read_metrics_file(trial_dir / METRICS_FILE_NAME)
+                ),
+                own_rate=False,
+            )
             hook = without_step(read_hook_file(trial_dir / HOOK_FILE_NAME), validation_step)
-            merged = merge_metrics(*self._reading_order(log, file_metrics, hook))
-            phases = read_phase_peaks(trial_dir / HOOK_FILE_NAME, validation_step)
-            if phases.peak_gb is not None:  # the largest phase is the trial's peak
-                merged.measured_peak_vram_gb = max(merged.measured_peak_vram_gb or 0.0, phases.peak_gb)
-            counted = real_samples_per_s(hook, file_metrics)
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=batch))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 
-    def _reading_order(self, log: TrialMetrics, file: TrialMetrics, hook: TrialMetrics) -> list[TrialMetrics]:
-        return [log, file, hook]
+    def _trainer_order(self, log: TrialMetrics, file: TrialMetrics) -> list[TrialMetrics]:
+        """The trainer's own readings, the better first (the hook's is not among them: ``combine``)."""
+        return [log, file]
 
     # --- the full run --------------------------------------------------------------------------
 

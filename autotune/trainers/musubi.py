@@ -51,7 +51,8 @@ import yaml
 
 from autotune.config.tomledit import TomlConfig
 from autotune.config.yamlconf import read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, redacted_env
@@ -60,16 +61,16 @@ from autotune.trainers.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
+    hook_env,
     hook_option,
     launcher_option,
-    merge_metrics,
     metrics_env,
+    read_output,
     read_trial_record,
-    real_samples_per_s,
     take_options,
+    trainer_reading,
     write_trial_record,
 )
-from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
 from autotune.trainers.musubi_data import (
     baseline_batch_size,
     largest_bucket,
@@ -411,9 +412,8 @@ class MusubiAdapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             text = read_output(trial_dir, output)
             bar = read_tqdm_cumulative(text) or TrialMetrics()
-            merged = merge_metrics(hook, file_metrics, bar)
-            counted = real_samples_per_s(hook, file_metrics)
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+            own = trainer_reading(file_metrics, bar, own_rate=False)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

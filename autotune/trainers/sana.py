@@ -33,7 +33,8 @@ import yaml
 
 from autotune.config.shellscript import parse_launch_script
 from autotune.config.yamlconf import read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, env_prefix, is_secret_name, redacted_env
@@ -42,16 +43,16 @@ from autotune.trainers.common import (
     check_params,
     check_positive_int,
     effective_batch_of,
+    hook_env,
     hook_option,
     launcher_option,
-    merge_metrics,
     metrics_env,
+    read_output,
     read_trial_record,
-    real_samples_per_s,
     take_options,
+    trainer_reading,
     write_trial_record,
 )
-from autotune.trainers.ltx2 import finish_metrics, hook_env, read_output
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.readers.runblock import real_batch
@@ -293,10 +294,9 @@ class SanaAdapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             text = read_output(trial_dir, output)
             tqdm = read_tqdm(text) or TrialMetrics()  # time, spread and losses
-            merged = merge_metrics(hook, file_metrics, tqdm)
-            counted = real_samples_per_s(hook, file_metrics)
+            own = trainer_reading(file_metrics, tqdm, own_rate=False)
             batch = real_batch(text, effective_batch_of(record))  # partial batches count as partial
-            return finish_metrics(merged, batch, keep_reported=False, counted=counted)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=batch))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

@@ -99,7 +99,7 @@ class Ltx2Log:
     rank: int | None = None  # the rank whose lines were read (None: no rank prefix)
 
     def steady_step_time(self) -> tuple[float | None, float | None]:
-        """Median Time/Step of the lines past the warm-up window (the hook's rule: optimizer
+        """Mean Time/Step of the lines past the warm-up window (the hook's rule: optimizer
         steps 1..WARMUP_STEPS are warm-up), and its spread."""
         ordered = sorted(self.steps, key=lambda s: s.step)
         warmup = sum(1 for s in ordered if s.step <= WARMUP_STEPS)
