@@ -169,6 +169,11 @@ class TrainerAdapter(ABC):
     longer_input: ClassVar[str] = "a longer or larger sample in the data"
     #: Warnings the report adds about how this trainer measures itself (one sentence each).
     report_notes: ClassVar[tuple[str, ...]] = ()
+    #: Why this trainer's own step time may differ from the hook's (the report, past 10 %).
+    speed_note: ClassVar[str] = (
+        "a trainer's own step figure may time one micro-step times the accumulation, be rounded, "
+        "be taken without a CUDA synchronize, or average the warm-up in"
+    )
     #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
     config_suffix: ClassVar[str] = ".yaml"
     #: The adapter takes a ``launcher`` option, the argv that runs Python (``--trainer-python PATH``).
