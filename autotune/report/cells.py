@@ -165,9 +165,9 @@ def _peak_cells(r: Report, row: TrialRow) -> tuple[str, str, str]:
 def _speed_pair(row: TrialRow) -> str:
     """The trainer's own samples/s beside ours (the hook's); ``—`` for a figure not had."""
     trainer, ours = row.get("trainer_samples_per_s"), row.get("samples_per_s")
-    if trainer is None and ours is None:
+    mine = ours if row.get("timed_by") == "hook" else None  # else the trainer's own figure ranked it
+    if trainer is None and mine is None:
         return "—"
-    mine = ours if row.get("timed_by") == "hook" else None
     return f"{_fmt(trainer) if trainer is not None else '—'} / {_fmt(mine) if mine is not None else '—'}"
 
 
