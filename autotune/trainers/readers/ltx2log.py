@@ -243,4 +243,7 @@ def _parse_stats(text: str) -> Statistics:
         value = getattr(stats, name)
         if value is not None and not math.isfinite(value):
             setattr(stats, name, None)
+    # 0.00 GB: nvidia-smi found no GPU (a CPU run). Unknown, not 0: a CUDA context alone holds more.
+    if stats.peak_gb == 0.0:
+        stats.peak_gb = None
     return stats
