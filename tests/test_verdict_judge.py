@@ -67,9 +67,23 @@ TABLE: list[tuple[str, RunEnd, TrialMetrics, dict[str, Any], float | None]] = [
         None,
     ),
     (
+        "a metrics file's claim far past its own step time",
+        RunEnd(returncode=0, wall_s=None, steps=None),
+        TrialMetrics(samples_per_s=1e6, step_time_s=0.1, trainer_samples_per_s=1e6, timed_by="trainer"),
+        {"outcome": "crash"},
+        None,
+    ),
+    (
         "a claim far past the trainer's own steps/s",
         RunEnd(returncode=0, wall_s=None, steps=None),
         TrialMetrics(samples_per_s=5000.0, steps_per_s=2.0, timed_by="trainer"),
+        {"outcome": "crash"},
+        None,
+    ),
+    (
+        "a hook reading 1000x the trainer's own (a forged or broken file)",
+        CLEAN,
+        _m(samples_per_s=40000.0, step_time_s=1e-4, trainer_samples_per_s=30.8),
         {"outcome": "crash"},
         None,
     ),

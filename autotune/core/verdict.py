@@ -288,11 +288,15 @@ def implausible_speed(metrics: TrialMetrics, effective_batch: float, run: RunEnd
             f"implausible speed: {sps:.3g} samples/s would train its {steps} steps of {effective_batch:g} "
             f"samples in {steps * effective_batch / sps:.3g} s of the {wall:.3g} s it ran"
         )
-    others = [
+    hooked = metrics.timed_by == "hook"
+    others = [  # the figures beside the one that decided (never that one again)
         f
         for f in (
             metrics.steps_per_s * effective_batch if metrics.steps_per_s and effective_batch else None,
-            effective_batch / metrics.step_time_s if metrics.step_time_s and effective_batch else None,
+            effective_batch / metrics.step_time_s
+            if metrics.step_time_s and effective_batch and not hooked
+            else None,
+            metrics.trainer_samples_per_s if hooked else None,
         )
         if f
     ]
