@@ -95,6 +95,13 @@ TABLE: list[tuple[str, RunEnd, TrialMetrics, dict[str, Any], float | None]] = [
         None,
     ),
     (
+        "a NaN loss fails: no study value, whatever its speed",
+        CLEAN,
+        _m(losses=[0.5, float("nan")]),
+        {"outcome": "nan", "samples_per_s": 40.0},
+        None,
+    ),
+    (
         "a timeout fails, its figures kept",
         RunEnd(returncode=-9, signal=9, timed_out=True, wall_s=600.0, steps=50),
         _m(),

@@ -125,11 +125,9 @@ class TrialExecutor:
             return scheduler.finish_trial(
                 trial, attrs_end, twin.value if twin.state == TrialState.COMPLETE else None
             )
-        scheduler.set_trial_attrs(
-            trial,
-            TrialRecord.attrs_of(
-                command=attrs_end["command"], trial_dir=str(trial_dir), launch_digest=digest
-            ),
+        # Written with the pid when the process starts (one write): a resume needs both together.
+        launched = TrialRecord.attrs_of(
+            command=attrs_end["command"], trial_dir=str(trial_dir), launch_digest=digest
         )
 
         limits = RunLimits(
@@ -138,7 +136,7 @@ class TrialExecutor:
             host_ram_limit_gb=plan.host_ram_gb,
         )
         before = self._gpu_used()
-        result, error = self._run_watched(spec, trial_dir, limits, trial)
+        result, error = self._run_watched(spec, trial_dir, limits, trial, launched)
         if isinstance(error, TrialOutputError):
             self._stop_for_output_error(trial, attrs_end, error)
         if error is not None:
@@ -188,7 +186,12 @@ class TrialExecutor:
         raise exc
 
     def _run_watched(
-        self, spec: LaunchSpec, trial_dir: Path, limits: RunLimits, trial: FrozenTrial
+        self,
+        spec: LaunchSpec,
+        trial_dir: Path,
+        limits: RunLimits,
+        trial: FrozenTrial,
+        launched: Mapping[str, Any],
     ) -> tuple[RunResult | None, BaseException | None]:
         """Run the trial in a worker thread; meanwhile record its pid and keep the progress view live."""
         from autotune.execution.monitor import ResourceMonitor
@@ -223,17 +226,20 @@ class TrialExecutor:
         pid_recorded = False
         while not done.wait(0.05 if not pid_recorded else 0.25):  # wakes at once when the trial ends
             if not pid_recorded and started:
-                self._record_pid(trial, started[0])
+                self._record_pid(trial, started[0], launched)
                 pid_recorded = True
             self.progress.tick()
         worker.join()
         return (result[0] if result else None), (error[0] if error else None)
 
-    def _record_pid(self, trial: FrozenTrial, process: ProcessRecord) -> None:
+    def _record_pid(self, trial: FrozenTrial, process: ProcessRecord, launched: Mapping[str, Any]) -> None:
         """Store the trial's pid/pgid and mark (the runner's ``on_start``) so a resume can end it."""
         # The start time comes with the record: asking psutil here would miss a trial that already
         # ended (a fast one), and a resume needs it to tell the pid from a reused one.
-        attrs = TrialRecord.attrs_of(pid=process.pid, pgid=process.pid, pid_start=process.started_at)
+        attrs = {
+            **launched,
+            **TrialRecord.attrs_of(pid=process.pid, pgid=process.pid, pid_start=process.started_at),
+        }
         if process.mark:
             attrs.update(TrialRecord.attrs_of(process_mark=str(process.mark)))
         self.scheduler.set_trial_attrs(trial, attrs)
