@@ -16,8 +16,8 @@ import pytest
 from autotune.core.metrics import Readings
 from autotune.core.timing import warmup_count
 from autotune.core.verdict import combine
-from autotune.trainers.common import hook_env
-from autotune.trainers.readers.hookfile import load_event, read_hook_file
+from autotune.trainers.kit.common import hook_env
+from autotune.trainers.kit.readers.hookfile import load_event, read_hook_file
 from tests.conftest import FAKES
 
 pytest.importorskip("accelerate")

@@ -19,7 +19,7 @@ from autotune.cli import main
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.trainers import get_adapter
-from autotune.trainers.readers.ltx2log import parse_ltx2_output
+from autotune.trainers.kit.readers.ltx2log import parse_ltx2_output
 from tests.conftest import FAKES
 
 LOGS = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "ltx2" / "logs"

@@ -12,8 +12,8 @@ import pytest
 from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome
 from autotune.core.verdict import RunEnd, judge
-from autotune.trainers.readers.ltx2log import parse_ltx2_output
-from autotune.trainers.readers.phases import read_phase_peaks
+from autotune.trainers.kit.readers.ltx2log import parse_ltx2_output
+from autotune.trainers.kit.readers.phases import read_phase_peaks
 
 OOM_TEXT = (
     "Traceback (most recent call last):\n"
@@ -182,8 +182,8 @@ def test_alternating_steps_are_timed_by_their_mean_with_the_spread_beside(
 ) -> None:
     """3 s / 6 s steps: the median reads 3 s or 6 s (or their midpoint, by luck of the count); the
     time they take is 4.5 s a step. Every per-step reader takes the mean, the spread kept apart."""
-    from autotune.trainers.readers.hookfile import read_hook_file
-    from autotune.trainers.readers.metricsfile import read_metrics_file
+    from autotune.trainers.kit.readers.hookfile import read_hook_file
+    from autotune.trainers.kit.readers.metricsfile import read_metrics_file
 
     times = [9.0] * 20 + [3.0, 6.0] * 20 + [3.0]  # warm-up, then 41 alternating steps
     if reader == "hook":

@@ -19,7 +19,7 @@ from autotune.core.units import format_gb
 from autotune.core.verdict import Judgement, RunEnd, judge
 from autotune.execution.runner import RunResult
 from autotune.trainers.base import TrainerAdapter
-from autotune.trainers.common import read_output
+from autotune.trainers.kit.output import read_output
 
 
 def measure(
