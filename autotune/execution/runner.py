@@ -32,7 +32,7 @@ from typing import IO
 
 import psutil
 
-from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
+from autotune.core.outcome import ANY_OOM_SOURCE, FAILURE_LINE_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
 from autotune.errors import LaunchError, TrialOutputError
 from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.execution.monitor import ResourceMonitor
@@ -49,6 +49,7 @@ KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for processes to disappear
 DRAIN_S = 2.0  # after every process is gone, how long to wait for the pipes to close
 
 _ANY_OOM = re.compile(ANY_OOM_SOURCE.encode(), re.M)
+_FAILURE_LINE = re.compile(FAILURE_LINE_SOURCE.encode(), re.M)
 _NOTABLE = re.compile(NOTABLE_SOURCE.encode(), re.M)
 
 
@@ -191,7 +192,9 @@ class _Output:
             line = block[start : end if end != -1 else len(block)][:1000]
             if len(self.notable) < NOTABLE_LINES and line not in self.notable:
                 self.notable.append(line)
-        if self.oom_at is None and _ANY_OOM.search(block):
+        if self.oom_at is None and any(  # only a failure's OOM line arms the OOM kill
+            _FAILURE_LINE.match(block, block.rfind(b"\n", 0, m.start()) + 1) for m in _ANY_OOM.finditer(block)
+        ):
             self.oom_at = now
 
     def tail_text(self) -> str:

@@ -99,6 +99,11 @@ class TrainerTraits:
     longer_input: str = "a longer or larger sample in the data"
     #: Warnings the report adds about how this trainer measures itself (one sentence each).
     report_notes: tuple[str, ...] = ()
+    #: Why this trainer's own step time may differ from the hook's (the report, past 10 %).
+    speed_note: str = (
+        "a trainer's own step figure may time one micro-step times the accumulation, be rounded, "
+        "be taken without a CUDA synchronize, or average the warm-up in"
+    )
     #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
     config_suffix: str = ".yaml"
     #: The adapter takes a ``launcher`` option, the argv that runs Python (``--trainer-python PATH``).

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
@@ -39,13 +40,11 @@ from autotune.trainers.kit.common import (
     effective_batch_of,
     hook_option,
     launcher_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     same_value,
     take_options,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.aitklog import read_aitk_output
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
@@ -296,9 +295,8 @@ class AiToolkitAdapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             text = read_output(trial_dir, output)
             bar = read_aitk_output(text, job if isinstance(job, str) else None) or TrialMetrics()
-            merged = merge_metrics(hook, file_metrics, bar)
-            counted = real_samples_per_s(hook, file_metrics)
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+            own = trainer_reading(file_metrics, bar, own_rate=False)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

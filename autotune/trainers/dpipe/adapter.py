@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.tomledit import TomlConfig, load_toml_data
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.dpipe.data import describe, keep_largest_bucket
@@ -47,13 +48,11 @@ from autotune.trainers.kit.common import (
     effective_batch_of,
     hook_option,
     launcher_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     same_value,
     take_options,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
@@ -368,11 +367,10 @@ class DiffusionPipeAdapter(TrainerAdapter):
             log = read_deepspeed_steps(read_output(trial_dir, output)) or TrialMetrics()
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
-            merged = merge_metrics(log, file_metrics, hook)
             # DeepSpeed's samples/sec is micro batch x accumulation x data-parallel ranks over the
-            # step (engine.py:399-400): the hook's own count only stands in where no line was read.
-            counted = real_samples_per_s(hook, file_metrics) if log.samples_per_s is None else None
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=True, counted=counted)
+            # step (engine.py:399-400): the trainer's own figure, kept beside the hook's timing.
+            own = trainer_reading(log, file_metrics, own_rate=True)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

@@ -51,7 +51,8 @@ import yaml
 
 from autotune.config.tomledit import TomlConfig
 from autotune.config.yamlconf import read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import redacted_env
@@ -70,9 +71,7 @@ from autotune.trainers.kit.common import (
     effective_batch_of,
     hook_option,
     launcher_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     take_options,
 )
 from autotune.trainers.kit.launchscript import (
@@ -81,7 +80,7 @@ from autotune.trainers.kit.launchscript import (
     record_from_command,
     record_from_yaml,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
@@ -405,9 +404,8 @@ class MusubiAdapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             text = read_output(trial_dir, output)
             bar = read_tqdm_cumulative(text) or TrialMetrics()
-            merged = merge_metrics(hook, file_metrics, bar)
-            counted = real_samples_per_s(hook, file_metrics)
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+            own = trainer_reading(file_metrics, bar, own_rate=False)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

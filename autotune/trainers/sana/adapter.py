@@ -30,7 +30,8 @@ from typing import Any, ClassVar
 import yaml
 
 from autotune.config.yamlconf import read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import redacted_env
@@ -49,9 +50,7 @@ from autotune.trainers.kit.common import (
     effective_batch_of,
     hook_option,
     launcher_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     take_options,
 )
 from autotune.trainers.kit.launchscript import (
@@ -60,7 +59,7 @@ from autotune.trainers.kit.launchscript import (
     record_from_command,
     record_from_yaml,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.runblock import real_batch
@@ -229,10 +228,9 @@ class SanaAdapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             text = read_output(trial_dir, output)
             tqdm = read_tqdm(text) or TrialMetrics()  # time, spread and losses
-            merged = merge_metrics(hook, file_metrics, tqdm)
-            counted = real_samples_per_s(hook, file_metrics)
+            own = trainer_reading(file_metrics, tqdm, own_rate=False)
             batch = real_batch(text, effective_batch_of(record))  # partial batches count as partial
-            return finish_metrics(merged, batch, keep_reported=False, counted=counted)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=batch))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 
