@@ -1,11 +1,13 @@
 """One trial subprocess: launched, watched, limited, ended, recorded.
 
 Every trial ends, and ends completely: it runs in its own session and process
-group; a wall-clock limit, a stall limit (no output), an OOM text in its output
-and the ``stop`` event (Ctrl-C) all lead to SIGTERM to the group, a grace
-period, then SIGKILL to the group and to every descendant seen (see
-``autotune.execution.proctree``: the tree is sampled while the trial runs and descendants
-are marked through the environment, so ``setsid`` grandchildren die too).
+group, and in its own cgroup where the host allows one; a wall-clock limit, a stall limit
+(no output), an OOM text in its output and the ``stop`` event (Ctrl-C) all lead to SIGTERM
+to the group, a grace period, then SIGKILL to the cgroup, the group and every descendant
+seen (see ``autotune.execution.proctree``: the tree is sampled while the trial runs,
+descendants are marked through the environment and orphans come back to the orchestrator
+as their subreaper, so double-forked daemons die too). When the trainer exits, whatever it
+left running gets a short grace and then SIGKILL: nothing a trial started outlives it.
 
 Output streams to ``stdout.log``/``stderr.log`` through one select loop that
 keeps only a bounded tail in memory (plus the few lines that decide the
@@ -34,9 +36,17 @@ import psutil
 
 from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
 from autotune.errors import LaunchError, TrialOutputError
+from autotune.execution.cgroup import TrialCgroup
 from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.execution.monitor import ResourceMonitor
-from autotune.execution.proctree import MARK_VAR, ProcessRecord, ProcessTree, write_process_file
+from autotune.execution.proctree import (
+    MARK_VAR,
+    ProcessRecord,
+    ProcessTree,
+    become_subreaper,
+    spawning,
+    write_process_file,
+)
 
 TAIL_BYTES = 256 * 1024  # kept in memory for classification
 NOTABLE_LINES = 40  # outcome-deciding lines kept even when they scroll out of the tail
@@ -252,29 +262,39 @@ class _Trial:
         stdout_path, stderr_path = self.dir / "stdout.log", self.dir / "stderr.log"
         env = {**os.environ, **self.spec.env, MARK_VAR: mark}
         started_wall = time.time()
+        become_subreaper()
+        cgroup = TrialCgroup.create(mark)
         # Unbuffered: a full disk fails the write that met it (and names the file), never a later flush.
         with stdout_path.open("wb", buffering=0) as out_log, stderr_path.open("wb", buffering=0) as err_log:
-            try:
-                proc = subprocess.Popen(
-                    list(self.spec.argv),
-                    cwd=self.spec.cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    bufsize=0,
-                )
-            except OSError as exc:
-                raise LaunchError(
-                    f"could not start the trial command {self.spec.argv[0]!r} in {self.spec.cwd}: {exc}. "
-                    "Check that the program exists and is executable and that the folder exists."
-                ) from exc
+            with spawning():
+                try:
+                    proc = subprocess.Popen(
+                        list(self.spec.argv),
+                        cwd=self.spec.cwd,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        start_new_session=True,
+                        bufsize=0,
+                        preexec_fn=cgroup.enter_hook() if cgroup is not None else None,
+                    )
+                except OSError as exc:
+                    if cgroup is not None:
+                        cgroup.remove()
+                    raise LaunchError(
+                        f"could not start the trial command {self.spec.argv[0]!r} in {self.spec.cwd}: "
+                        f"{exc}. Check that the program exists and is executable and that the folder "
+                        "exists."
+                    ) from exc
+                finally:
+                    if cgroup is not None:
+                        cgroup.close_hook()
+                tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall, cgroup=cgroup)
             t0 = time.monotonic()
             self.last_output = t0
             record = ProcessRecord(proc.pid, mark, _start_time(proc.pid, default=started_wall))
             write_process_file(self.dir, record)
-            tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall)
             assert proc.stdout is not None and proc.stderr is not None
             streams = [_Stream("stdout", proc.stdout, out_log), _Stream("stderr", proc.stderr, err_log)]
             self.monitor.start(tree, self.dir / "memory.csv")
@@ -290,6 +310,7 @@ class _Trial:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=KILL_WAIT_S)
                     tree.wait_gone(KILL_WAIT_S)
+                tree.close()
                 summary = self.monitor.stop()
                 for s in streams:
                     s.pipe.close()
