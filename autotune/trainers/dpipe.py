@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.tomledit import TomlConfig, load_toml_data
+from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
@@ -109,11 +110,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
                 "(its `dataset = '...'` names the dataset config)"
             )
         path = Path(config)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-        return self.baseline_from_text(text, path=path)
+        return self.baseline_from_text(read_config_text(path), path=path)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         source = str(path) if path else "<config>"
