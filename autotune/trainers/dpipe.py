@@ -81,6 +81,8 @@ class DiffusionPipeAdapter(TrainerAdapter):
     ``--trainer-python``: trials then run ``PYTHON -m deepspeed.launcher.runner``; default the
     ``deepspeed`` command), ``hook`` (inject the trial-side hook; default on)."""
 
+    knob_keys: ClassVar[Mapping[str, str]] = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}
+
     name: ClassVar[str] = "diffusion-pipe"
     knob_file: ClassVar[str] = "diffusion-pipe.yaml"
     label: ClassVar[str] = "diffusion-pipe"
@@ -145,8 +147,8 @@ class DiffusionPipeAdapter(TrainerAdapter):
         optimizer = _table(data, "optimizer")
         swap = data.get("blocks_to_swap", 0)
         limit = self._swap_limit(baseline)
-        if isinstance(swap, int) and not isinstance(swap, bool) and limit is not None:
-            swap = max(0, min(swap, limit))  # the knob's range: the model's own maximum
+        if isinstance(swap, int) and not isinstance(swap, bool) and limit is not None and swap >= 0:
+            swap = min(swap, limit)  # the knob's range: the model's own maximum (below 0 is refused)
         return {
             "blocks_to_swap": swap,
             "transformer_dtype": model.get("transformer_dtype", model.get("dtype", "bfloat16")),

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -153,6 +153,12 @@ class SanaAdapter(TrainerAdapter):
     (inject the trial-side hook: step times, memory, losses, real batches, the ``--vram-gb`` card;
     default on)."""
 
+    knob_keys: ClassVar[Mapping[str, str]] = {
+        "batch_size": BATCH_FLAG,
+        "gradient_accumulation_steps": GRAD_ACCUM_FLAG,
+        **BOOL_FLAGS,
+    }
+
     name: ClassVar[str] = "sana"
     knob_file: ClassVar[str] = "sana.yaml"
     label: ClassVar[str] = "the Sana trainer"
@@ -197,9 +203,9 @@ class SanaAdapter(TrainerAdapter):
             "offload": has_flag(args, BOOL_FLAGS["offload"]),
             "cache_latents": has_flag(args, BOOL_FLAGS["cache_latents"]),
             "optimizer": "adamw8bit" if has_flag(args, ADAM8_FLAG) else "adamw",
-            "batch_size": int_flag(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
+            "batch_size": flag_number(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
             "gradient_checkpointing": has_flag(args, BOOL_FLAGS["gradient_checkpointing"]),
-            "gradient_accumulation_steps": int_flag(
+            "gradient_accumulation_steps": flag_number(
                 args, GRAD_ACCUM_FLAG, SCRIPT_DEFAULTS["gradient_accumulation_steps"]
             ),
         }
@@ -337,6 +343,18 @@ def command_lines(record: dict[str, Any], argv: Sequence[str]) -> list[str]:
     env = env_prefix(record["env"])
     lines.append(f"cd {shlex.quote(record['cwd'])} && " + (env + " " if env else "") + _wrap_argv(argv))
     return lines
+
+
+def flag_number(args: Sequence[str], flag: str, default: int) -> int | str:
+    """A whole-number flag's value in a baseline command, or its text as written when it is not
+    one (``check_baseline_values`` then names the file, the flag and the value)."""
+    value = flag_value(args, flag)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        return value
 
 
 def int_flag(args: Sequence[str], flag: str, default: int) -> int:
