@@ -30,12 +30,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 import psutil
 
 from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
-from autotune.errors import LaunchError, TrialOutputError
+from autotune.errors import LaunchError, TrialDirRefused, TrialOutputError
 from autotune.execution.cgroup import TrialCgroup
 from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.execution.monitor import ResourceMonitor
@@ -148,6 +148,36 @@ def run_trial(
         raise output_error(exc, trial_dir) from exc
 
 
+def make_trial_dir(trial_dir: Path, root: Path) -> Path:
+    """Create ``trial_dir`` under ``root`` (the resolved workdir), refusing to go through a
+    symbolic link on the way (the study folder, the trial folder): a link planted there would
+    have every log, config and checkpoint of the trial written outside the workdir."""
+    trial_dir, root = Path(trial_dir), Path(root)
+    try:
+        parts = trial_dir.relative_to(root).parts
+    except ValueError:
+        parts = ()
+        _refuse_dir(trial_dir, root, "is not inside")
+    here = root
+    for part in parts:
+        here = here / part
+        if here.is_symlink():
+            _refuse_dir(here, root, "is a symbolic link (to " + os.readlink(here) + "), not a folder in")
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    if not trial_dir.resolve().is_relative_to(root.resolve()):
+        _refuse_dir(trial_dir, root, "leads out of")
+    return trial_dir
+
+
+def _refuse_dir(path: Path, root: Path, why: str) -> NoReturn:
+    raise TrialDirRefused(
+        f"the trial folder {path} {why} the workdir {root}: autotune writes a trial's files only "
+        "inside the workdir. Remove it (or pick another --workdir) and run the same command again",
+        path,
+        None,
+    )
+
+
 def output_error(exc: OSError, trial_dir: Path) -> TrialOutputError:
     """The ``TrialOutputError`` for an ``OSError`` met while writing ``trial_dir`` (names the file)."""
     where = Path(exc.filename) if exc.filename else Path(trial_dir)
@@ -247,6 +277,8 @@ class _Trial:
 
     # --- the whole run ---------------------------------------------------------------------------
     def run(self) -> RunResult:
+        if self.dir.is_symlink():
+            _refuse_dir(self.dir, self.dir.parent, "is a symbolic link, not a folder in")
         self.dir.mkdir(parents=True, exist_ok=True)
         # The caller's mark (the sweep records it on the trial) or a fresh one: the trial's only mark.
         mark = self.spec.env.get(MARK_VAR) or uuid.uuid4().hex
