@@ -36,6 +36,7 @@ import psutil
 
 from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
 from autotune.errors import LaunchError, TrialDirRefused, TrialOutputError
+from autotune.execution import hookseal
 from autotune.execution.cgroup import TrialCgroup
 from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.execution.monitor import ResourceMonitor
@@ -117,6 +118,9 @@ class RunResult:
     processes_seen: int = 1
     survivors: tuple[int, ...] = ()  # pids that outlived SIGKILL (uninterruptible sleep); normally empty
     busy: str | None = None  # why the host was busy while it ran (see autotune.execution.busy), else None
+    hook_lines_rejected: int = (
+        0  # lines of hook.jsonl the hook did not sign (see autotune.execution.hookseal)
+    )
 
 
 def run_trial(
@@ -292,7 +296,13 @@ class _Trial:
             json.dumps(redacted_env(self.spec.env), indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
         stdout_path, stderr_path = self.dir / "stdout.log", self.dir / "stderr.log"
+        hook_path = self.spec.env.get(hookseal.HOOK_FILE_VAR)
+        hook_key = hookseal.new_key() if hook_path else None  # never written: env.json has spec.env only
         env = {**os.environ, **self.spec.env, MARK_VAR: mark}
+        if hook_key is not None:
+            env[hookseal.HOOK_KEY_VAR] = hook_key
+        else:
+            env.pop(hookseal.HOOK_KEY_VAR, None)
         started_wall = time.time()
         become_subreaper()
         cgroup = TrialCgroup.create(mark)
@@ -347,6 +357,10 @@ class _Trial:
                 for s in streams:
                     s.pipe.close()
             wall_s = time.monotonic() - t0
+        # Every process of the trial has ended: nothing can write the hook's file any more.
+        rejected = hookseal.seal(
+            Path(hook_path) if hook_path else self.dir / hookseal.HOOK_FILE_NAME, hook_key
+        )
         rc = proc.returncode
         return RunResult(
             returncode=rc,
@@ -368,6 +382,7 @@ class _Trial:
             processes_seen=tree.seen(),
             survivors=tuple(survivors),
             busy=summary.busy,
+            hook_lines_rejected=rejected,
         )
 
     def _loop(

@@ -151,6 +151,13 @@ class TrialExecutor:
             scheduler.finish_trial(trial, attrs_end, None)
             raise error
         assert result is not None
+        if result.hook_lines_rejected:
+            self.progress.line(
+                f"trial {trial.number}: {result.hook_lines_rejected} line(s) of hook.jsonl were not "
+                f"signed by the hook and were set aside in {trial_dir / 'hook.rejected.jsonl'}: the "
+                "trainer (or another program) wrote them; its step times and peaks come from the "
+                "hook's own lines only"
+            )
         attrs_end.update(
             measure(
                 plan.adapter,

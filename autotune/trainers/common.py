@@ -12,6 +12,7 @@ from typing import Any
 
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError, UsageError
+from autotune.execution.hookseal import HOOK_FILE_VAR
 from autotune.execution.launch import check_program
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME
 from autotune.trainers.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
@@ -25,7 +26,7 @@ def metrics_env(trial_dir: Path) -> dict[str, str]:
 
 
 #: Where the trial-side hook writes its lines (``trials/hook/sitecustomize.py``).
-HOOK_FILE_ENV = "AUTOTUNE_HOOK_FILE"
+HOOK_FILE_ENV = HOOK_FILE_VAR
 #: The card the hook emulates (GiB): counted on CPU, a memory-fraction cap on a larger GPU.
 EMULATED_VRAM_ENV = "AUTOTUNE_EMULATED_VRAM_GB"
 
