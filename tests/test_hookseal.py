@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.runner import RunLimits, run_trial
-from autotune.trainers.readers.hookfile import read_hook_file
+from autotune.trainers.kit.readers.hookfile import read_hook_file
 
 LIMITS = RunLimits(wall_timeout_s=30, stall_timeout_s=None, grace_s=1.0)
 

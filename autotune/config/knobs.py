@@ -24,10 +24,11 @@ _ANY_BATCH = 1 << 20
 
 
 def knob_path(name: str) -> Path:
-    """The shipped knob file ``name`` (an adapter's ``knob_file``, like ``ltx2.yaml``)."""
+    """The shipped knob file ``name`` (an adapter's ``knob_file``, like ``ltx2.yaml``); an absolute
+    path is taken as it is (a trainer that ships outside autotune keeps its knob file beside it)."""
     from configs import config_file
 
-    path = Path(str(config_file("knobs", name)))
+    path = Path(name) if Path(name).is_absolute() else Path(str(config_file("knobs", name)))
     if not path.is_file():
         raise ConfigError(f"the knob file {path} is missing; reinstall autotune")
     return path
@@ -82,16 +83,6 @@ def check_baseline_values(params: Mapping[str, Any], knob_data: Any, where: Call
             f"{where(name)} is {shown}: it must be {need} ({name}); write such a value there (or "
             "leave it out for the trainer's default) and run again"
         )
-
-
-def load_space(path: Path | str, *, max_batch_size: int, allow_extra_savers: bool) -> Space:
-    """The ``Space`` of knob file ``path``; errors name the file and the knob."""
-    return Space.from_mapping(
-        read_knob_file(path),
-        source=str(path),
-        max_batch_size=max_batch_size,
-        allow_extra_savers=allow_extra_savers,
-    )
 
 
 def trainer_fidelity(trainer: str, knobs: Sequence[str] | None = None) -> dict[str, ParamValue]:
