@@ -27,7 +27,7 @@ from autotune.core.space import Candidate
 from autotune.errors import CandidateRefused, ConfigError, SweepInterrupted, TrialOutputError
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.proctree import MARK_VAR, ProcessRecord
-from autotune.execution.runner import RunLimits, RunResult, output_error, run_trial
+from autotune.execution.runner import RunLimits, RunResult, make_trial_dir, output_error, run_trial
 from autotune.store.identity import ProcessIdentity
 from autotune.sweep.conclude import fastest_fitting
 from autotune.sweep.fitcheck import first_without_peak
@@ -97,7 +97,7 @@ class TrialExecutor:
         attrs_end = TrialRecord.attrs_of(trial_dir=str(trial_dir), log_path=str(trial_dir / "stdout.log"))
         try:
             try:
-                trial_dir.mkdir(parents=True, exist_ok=True)
+                make_trial_dir(trial_dir, plan.workdir)
             except OSError as exc:  # a read-only or full study folder: not the candidate's fault
                 raise output_error(exc, trial_dir) from None
             spec = plan.adapter.render(
@@ -149,6 +149,13 @@ class TrialExecutor:
             scheduler.finish_trial(trial, attrs_end, None)
             raise error
         assert result is not None
+        if result.hook_lines_rejected:
+            self.progress.line(
+                f"trial {trial.number}: {result.hook_lines_rejected} line(s) of hook.jsonl were not "
+                f"signed by the hook and were set aside in {trial_dir / 'hook.rejected.jsonl'}: the "
+                "trainer (or another program) wrote them; its step times and peaks come from the "
+                "hook's own lines only"
+            )
         judged = measure(
             plan.adapter,
             result,

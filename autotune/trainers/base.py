@@ -134,6 +134,12 @@ class TrainerAdapter(ABC):
     name: ClassVar[str]
     #: File under ``configs/knobs/`` that lists this trainer's knobs, saving -> hungry.
     knob_file: ClassVar[str]
+    #: Param -> where the baseline config writes it (a dotted key or a flag), for messages.
+    knob_keys: ClassVar[Mapping[str, str]] = {}
+
+    def knob_location(self, baseline: Baseline, param: str) -> str:
+        """``FILE: key`` of ``param`` in the baseline, for an error that says where to fix it."""
+        return f"{baseline.path or '<config>'}: {self.knob_keys.get(param, param)}"
 
     @abstractmethod
     def load_baseline(self, config: Path | None) -> Baseline:

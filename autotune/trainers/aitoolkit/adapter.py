@@ -101,6 +101,8 @@ class AiToolkitAdapter(TrainerAdapter):
     Python, ``--trainer-python``; default the checkout's ``venv/bin/python``, else ``python``),
     ``hook`` (the trial-side hook: step times, peak memory, the ``--vram-gb`` card; default on)."""
 
+    knob_keys: ClassVar[Mapping[str, str]] = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}
+
     name: ClassVar[str] = "ai-toolkit"
     knob_file: ClassVar[str] = "ai-toolkit.yaml"
     traits: ClassVar[TrainerTraits] = TrainerTraits(
@@ -404,17 +406,16 @@ def _qtype_of(data: Mapping[str, Any]) -> Any:
     return _qtype_base(_get(data, QTYPE_KEY, DEFAULTS[QTYPE_KEY]))
 
 
-def _offload_of(data: Mapping[str, Any]) -> float:
+def _offload_of(data: Mapping[str, Any]) -> Any:
     """The transformer's offloaded fraction: 0 unless ``layer_offloading`` (a model attaches its
-    memory manager only with both, e.g. flux2_model.py:170-178), snapped to the knob's step."""
+    memory manager only with both, e.g. flux2_model.py:170-178), snapped to the knob's step. A
+    value that is no number in [0, 1] is left as written: the sweep's baseline check names it."""
     if not _get(data, OFFLOAD_KEY, DEFAULTS[OFFLOAD_KEY]):
         return 0.0
     value = _get(data, OFFLOAD_PERCENT_KEY, DEFAULTS[OFFLOAD_PERCENT_KEY])
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(
-            f"model.layer_offloading_transformer_percent must be a number in [0, 1]; got {value!r}"
-        )
-    return round(min(1.0, max(0.0, round(value / FRACTION_STEP) * FRACTION_STEP)), 2)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        return value  # (NaN fails the range too)
+    return round(round(value / FRACTION_STEP) * FRACTION_STEP, 2)
 
 
 def _positive_int(value: Any) -> bool:

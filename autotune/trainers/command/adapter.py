@@ -191,6 +191,9 @@ class CommandAdapter(TrainerAdapter):
             raise ConfigError(f"{config}: expected a mapping at the top of the config")
         return Baseline(trainer=self.name, text=text, data=data, path=Path(config))
 
+    def knob_location(self, baseline: Baseline, param: str) -> str:
+        return f"{baseline.path or '<config>'}: {self._keys(baseline).get(param, param)}"
+
     def _keys(self, baseline: Baseline) -> dict[str, str]:
         """Param -> dotted config key the rendered ``{config}`` writes it to. A declared knob
         (``--knob NAME=...``) is written to key NAME only where the baseline config has it."""

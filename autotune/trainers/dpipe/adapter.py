@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.tomledit import TomlConfig, load_toml_data
+from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.errors import CandidateRefused, ConfigError, UsageError
@@ -75,6 +76,8 @@ class DiffusionPipeAdapter(TrainerAdapter):
     ``--trainer-python``: trials then run ``PYTHON -m deepspeed.launcher.runner``; default the
     ``deepspeed`` command), ``hook`` (inject the trial-side hook; default on)."""
 
+    knob_keys: ClassVar[Mapping[str, str]] = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}
+
     name: ClassVar[str] = "diffusion-pipe"
     knob_file: ClassVar[str] = "diffusion-pipe.yaml"
     traits: ClassVar[TrainerTraits] = TrainerTraits(
@@ -106,11 +109,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
                 "(its `dataset = '...'` names the dataset config)"
             )
         path = Path(config)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-        return self.baseline_from_text(text, path=path)
+        return self.baseline_from_text(read_config_text(path), path=path)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         source = str(path) if path else "<config>"
@@ -145,8 +144,8 @@ class DiffusionPipeAdapter(TrainerAdapter):
         optimizer = _table(data, "optimizer")
         swap = data.get("blocks_to_swap", 0)
         limit = self._swap_limit(baseline)
-        if isinstance(swap, int) and not isinstance(swap, bool) and limit is not None:
-            swap = max(0, min(swap, limit))  # the knob's range: the model's own maximum
+        if isinstance(swap, int) and not isinstance(swap, bool) and limit is not None and swap >= 0:
+            swap = min(swap, limit)  # the knob's range: the model's own maximum (below 0 is refused)
         return {
             "blocks_to_swap": swap,
             "transformer_dtype": model.get("transformer_dtype", model.get("dtype", "bfloat16")),

@@ -11,6 +11,7 @@ from typing import Any
 
 from autotune.core.metrics import merge_metrics as merge_metrics  # re-exported: the adapters, tests
 from autotune.errors import ConfigError, UsageError
+from autotune.execution.hookseal import HOOK_FILE_VAR
 from autotune.execution.launch import check_program
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME
 from autotune.trainers.kit.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
@@ -24,7 +25,7 @@ def metrics_env(trial_dir: Path) -> dict[str, str]:
 
 
 #: Where the trial-side hook writes its lines (``trials/hook/sitecustomize.py``).
-HOOK_FILE_ENV = "AUTOTUNE_HOOK_FILE"
+HOOK_FILE_ENV = HOOK_FILE_VAR
 #: The card the hook emulates (GiB): counted on CPU, a memory-fraction cap on a larger GPU.
 EMULATED_VRAM_ENV = "AUTOTUNE_EMULATED_VRAM_GB"
 

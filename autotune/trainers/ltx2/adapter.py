@@ -71,6 +71,8 @@ class Ltx2Adapter(TrainerAdapter):
     baseline's validation pass; default on, the CLI's ``--no-validation-in-trials`` turns it off),
     ``data_view`` (train trials on the largest latent bucket through linked samples; default on)."""
 
+    knob_keys: ClassVar[Mapping[str, str]] = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}
+
     name: ClassVar[str] = "ltx2"
     knob_file: ClassVar[str] = "ltx2.yaml"
     #: The real trainer knows every section of the recipe, so missing ones are added.

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -59,9 +59,9 @@ from autotune.execution.launch import redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.argv import (
     drop_value_flag,
+    flag_number,
     flag_value,
     has_flag,
-    int_flag,
     set_bool_flag,
     set_value_flag,
 )
@@ -153,6 +153,17 @@ class MusubiAdapter(TrainerAdapter):
     command's ``cd``, else its file's folder), ``launcher`` (argv that runs Python in place of the
     command's ``accelerate launch ...``, the CLI's ``--trainer-python``), ``hook`` (the trial-side
     hook: step times, peak memory, the ``--vram-gb`` card; default on)."""
+
+    knob_keys: ClassVar[Mapping[str, str]] = {
+        "blocks_to_swap": SWAP_FLAG,
+        "gradient_accumulation_steps": GRAD_ACCUM_FLAG,
+        "optimizer": OPTIMIZER_FLAG,
+    }
+
+    def knob_location(self, baseline: Baseline, param: str) -> str:
+        if param == "batch_size":  # the dataset config's, not the command's
+            return f"{baseline.data.get('dataset_path', '<dataset config>')}: batch_size"
+        return super().knob_location(baseline, param)
 
     name: ClassVar[str] = "musubi"
     knob_file: ClassVar[str] = "musubi.yaml"
@@ -250,7 +261,7 @@ class MusubiAdapter(TrainerAdapter):
             "optimizer": optimizer if optimizer in OPTIMIZERS else "adamw",
             "split_attn": has_flag(args, "--split_attn"),
             "batch_size": self._batch_of(baseline),
-            "gradient_accumulation_steps": int_flag(args, GRAD_ACCUM_FLAG, 1),  # parser_common.py:191-196
+            "gradient_accumulation_steps": flag_number(args, GRAD_ACCUM_FLAG, 1),  # parser_common.py:191-196
         }
 
     def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
@@ -260,9 +271,13 @@ class MusubiAdapter(TrainerAdapter):
         optimizer = (flag_value(baseline.data["args"], OPTIMIZER_FLAG) or "adamw").lower()
         return [n for n in names if n != "optimizer" or optimizer in OPTIMIZERS]
 
-    def _swap_of(self, baseline: Baseline) -> int:
-        value = int_flag(baseline.data["args"], SWAP_FLAG, 0)
-        return max(0, min(value, swap_maximum(baseline.data["script"], baseline.data["args"])))
+    def _swap_of(self, baseline: Baseline) -> int | str:
+        """The baseline's swap, capped at the model's maximum; a negative or non-number is left
+        as written for the baseline check to name."""
+        value = flag_number(baseline.data["args"], SWAP_FLAG, 0)
+        if isinstance(value, int) and value >= 0:
+            return min(value, swap_maximum(baseline.data["script"], baseline.data["args"]))
+        return value
 
     def _batch_of(self, baseline: Baseline) -> int:
         toml = TomlConfig(baseline.data["dataset_text"], baseline.data["dataset_path"])

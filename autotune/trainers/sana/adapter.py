@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,6 +39,7 @@ from autotune.execution.launch import redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.argv import (
     drop_value_flag,
+    flag_number,
     flag_value,
     has_flag,
     int_flag,
@@ -99,6 +101,12 @@ class SanaAdapter(TrainerAdapter):
     (inject the trial-side hook: step times, memory, losses, real batches, the ``--vram-gb`` card;
     default on)."""
 
+    knob_keys: ClassVar[Mapping[str, str]] = {
+        "batch_size": BATCH_FLAG,
+        "gradient_accumulation_steps": GRAD_ACCUM_FLAG,
+        **BOOL_FLAGS,
+    }
+
     name: ClassVar[str] = "sana"
     knob_file: ClassVar[str] = "sana.yaml"
     traits: ClassVar[TrainerTraits] = TrainerTraits(
@@ -145,9 +153,9 @@ class SanaAdapter(TrainerAdapter):
             "offload": has_flag(args, BOOL_FLAGS["offload"]),
             "cache_latents": has_flag(args, BOOL_FLAGS["cache_latents"]),
             "optimizer": "adamw8bit" if has_flag(args, ADAM8_FLAG) else "adamw",
-            "batch_size": int_flag(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
+            "batch_size": flag_number(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
             "gradient_checkpointing": has_flag(args, BOOL_FLAGS["gradient_checkpointing"]),
-            "gradient_accumulation_steps": int_flag(
+            "gradient_accumulation_steps": flag_number(
                 args, GRAD_ACCUM_FLAG, SCRIPT_DEFAULTS["gradient_accumulation_steps"]
             ),
         }

@@ -5,7 +5,9 @@ The hook appends one JSON object per line: ``{"event": "step", "step": n, "t": .
 "loss": l|null, "samples": k|null, "counted": bool, "pid": p}`` per optimizer step, a ``card``
 line when it emulates a card, and ``{"event": "exit", ..., "steps": n, "loss": l|null}`` at exit.
 Several processes (accelerate ranks) may append to one file. A trial killed mid-write leaves a
-torn last line, so the reader skips what it cannot parse and never raises.
+torn last line, so the reader skips what it cannot parse and never raises. Under autotune's
+runner the hook signs every line and the runner keeps only the signed ones
+(``autotune.execution.hookseal``): what this reads is what the hook wrote.
 
 - Step time: the steady state of one process's series (ranks step in lockstep), leaving out the
   steps the emulated card counted (its per-op bookkeeping is not the trainer's speed) when any
@@ -33,9 +35,10 @@ from typing import Any
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_count
+from autotune.execution.hookseal import HOOK_FILE_NAME
+from autotune.execution.hookseal import MAX_BYTES as _MAX_BYTES  # a runaway file must not eat our memory
 
-HOOK_FILE_NAME = "hook.jsonl"
-_MAX_BYTES = 64 * 1024 * 1024  # a runaway file must not eat the orchestrator's memory
+__all__ = ["HOOK_FILE_NAME", "load_event", "read_hook_file"]
 
 
 @dataclass(frozen=True)
