@@ -123,6 +123,10 @@ def build_report(
         full_steps=settings["full_steps"] if isinstance(settings.get("full_steps"), int) else None,
         launch_cwd=str(settings["launch_cwd"]) if settings.get("launch_cwd") else None,
         emulation=str(settings["emulation"]) if settings.get("emulation") else None,
+        extra_savers=settings.get("allow_extra_savers") is True,
+        held_back={
+            str(k): list(v) for k, v in dict(settings.get("held_back") or {}).items() if isinstance(v, list)
+        },
         host_ram_gb=_number(settings.get("host_ram_gb", settings.get("machine_ram_gb"))),
         host_ram_given=isinstance(settings.get("host_ram_gb"), (int, float)),
         offload_knobs=any(

@@ -99,6 +99,10 @@ class Report:
     host_ram_gb: float | None = None
     host_ram_given: bool = False
     offload_knobs: bool = False
+    #: Whether ``--allow-extra-savers`` let the sweep try savers that cost quality beyond the
+    #: baseline's, and (when not) the fidelity knobs' values it held back for that reason.
+    extra_savers: bool = False
+    held_back: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def card_gb(self) -> float | None:

@@ -172,6 +172,8 @@ def plan_sweep(
     dists = st.distributions(knobs, max_bs)
     base_params = {name: base_params[name] for name in space.names}
     base_cand = space.candidate(base_params)
+    held_back = {} if opts.allow_extra_savers else space.held_back(base_cand)
+    space = space.keep_fidelity(base_cand) if held_back else space
     strategy = strategy_factory(space, base_cand, card.vram_gb, opts.headroom)
 
     steps = opts.steps or DEFAULT_STEPS
@@ -204,6 +206,8 @@ def plan_sweep(
         settings["full_steps"] = opts.full_steps
     if not opts.hook:  # only when off: studies from before the flag stay the same sweep
         settings["hook"] = False
+    if held_back:  # informational (the knobs, the baseline and the flag decide it): for the report
+        settings["held_back"] = {n: [st.to_study_value(v) for v in vals] for n, vals in held_back.items()}
     if card.emulation:  # informational: the report says how the card was emulated
         settings["emulation"] = card.emulation
     if opts.host_ram_gb is not None:  # only when given: a resume elsewhere has another machine's RAM

@@ -182,8 +182,17 @@ class Landscape:
 
     # -- the grid and its answer ---------------------------------------------------------
     def quantizations(self) -> list[str]:
+        """The quantizations a sweep may try: none below the baseline's without extra savers (the
+        sweep never lowers the baseline's fidelity unasked: ``autotune.core.space.Space.keep_fidelity``)."""
+        if self.allow_extra_savers:
+            return ["int2-quanto", "int4-quanto", "int8-quanto", QUANT_NONE]
         q = ["int8-quanto", QUANT_NONE]
-        return ["int2-quanto", "int4-quanto", *q] if self.allow_extra_savers else q
+        return q[q.index(_norm(self.baseline)["quantization"]) :]
+
+    def optimizers(self) -> list[str]:
+        """The optimizers a sweep may try: no 8-bit AdamW on an AdamW baseline without extra savers."""
+        o = ["adamw8bit", "adamw"]
+        return o if self.allow_extra_savers else o[o.index(self.baseline["optimizer"]) :]
 
     def batch_sizes(self) -> list[int]:
         """Every integer batch size up to the maximum: the grid the search replaces."""
@@ -193,7 +202,7 @@ class Landscape:
         return [
             {"quantization": q, "optimizer": o, "batch_size": b, "gradient_checkpointing": c}
             for q in self.quantizations()
-            for o in ("adamw8bit", "adamw")
+            for o in self.optimizers()
             for b in self.batch_sizes()
             for c in (True, False)
         ]
@@ -344,6 +353,19 @@ def generate(seed: int) -> Landscape:
         notes=notes,
     )
     return land
+
+
+def space_of(land: Landscape) -> Any:
+    """The space a sweep of ``land`` searches: the knob file's, for its maximum batch, with the
+    baseline's fidelity kept unless the landscape allows extra savers (as ``autotune sweep`` builds it)."""
+    from autotune.core.space import Space
+
+    space = Space.from_text(
+        KNOBS_YAML, max_batch_size=land.max_batch_size, allow_extra_savers=land.allow_extra_savers
+    )
+    if land.allow_extra_savers:
+        return space
+    return space.keep_fidelity(space.candidate(land.baseline))
 
 
 def suite(n: int = 60, *, first_seed: int = 1) -> list[Landscape]:
