@@ -389,9 +389,12 @@ def test_a_secant_never_starts_at_a_batch_that_paid_extra() -> None:
     assert own_bound(pts, 9) < 9 / (130.6 * 0.985)  # and the hull's secants still bound beyond
 
 
-def test_a_near_tie_is_remeasured_within_a_bound_then_the_baseline_once() -> None:
+def test_a_near_tie_is_remeasured_within_a_bound_then_the_baseline_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from autotune.core.strategy import REMEASURE_RUNS
 
+    monkeypatch.setattr("autotune.core.strategy.REMEASURE_AT_LEAST", 99)  # which ones, not how many
     s = strategy()
     a, b = cand(b=2), cand(b=2, o="adamw")
     history = [ok(cand(), 1.0, 30, 0.02), ok(a, 1.50, 40, 0.03), ok(b, 1.48, 41, 0.03)]
@@ -431,10 +434,14 @@ REMEASURE_CASES = [
     ("label", "points", "expected"), REMEASURE_CASES, ids=[c[0] for c in REMEASURE_CASES]
 )
 def test_which_near_contenders_are_remeasured(
-    label: str, points: dict[Candidate, tuple[float, float]], expected: set[Candidate]
+    label: str,
+    points: dict[Candidate, tuple[float, float]],
+    expected: set[Candidate],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from autotune.core.strategy import REMEASURE_CONTENDERS, REMEASURE_RUNS
 
+    monkeypatch.setattr("autotune.core.strategy.REMEASURE_AT_LEAST", 99)  # which ones, not how many
     s = strategy()
     history = [ok(cand(), 1.0, 30, 0.02)] + [ok(c, sps, 40, sp) for c, (sps, sp) in points.items()]
     asked: list[Candidate] = []
