@@ -12,7 +12,7 @@ import pytest
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import WARMUP_STEPS
-from autotune.trainers.readers.ltx2log import (
+from autotune.trainers.kit.readers.ltx2log import (
     MIN_STEPS_FOR_STEP_LINES,
     STEP_LINE_EVERY,
     Ltx2Log,
@@ -21,6 +21,7 @@ from autotune.trainers.readers.ltx2log import (
     logical_lines,
     parse_ltx2_output,
 )
+from tests.helpers import need_shared
 
 DOC_STEP = "Step 20/50 - Loss: 0.1234, LR: 1.00e-04, Time/Step: 1.23s, Total Time: 0h 1m"
 DOC_STATS = """📊 Training Statistics:
@@ -169,7 +170,7 @@ def test_without_statistics_metrics_use_trainer_figures_where_present() -> None:
     assert metrics.samples_per_s == 0.43 and metrics.steps_per_s == 0.43
     assert metrics.trainer_peak_vram_gb == 45.68
     assert metrics.trainer_peak_device_wide  # nvidia-smi memory.used of the card: information only
-    from autotune.trainers.common import merge_metrics
+    from autotune.trainers.kit.common import merge_metrics
 
     hook = TrialMetrics(step_time_s=1.0, measured_peak_vram_gb=40.0, source="hook")
     merged = merge_metrics(hook, metrics)
@@ -225,10 +226,7 @@ def test_garbage_reads_as_an_empty_log(garbage: object) -> None:
 
 
 def _fixture_log(ltx2_fixtures: Path, name: str) -> str:
-    path = ltx2_fixtures / "logs" / name
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    return path.read_text(encoding="utf-8")
+    return need_shared(ltx2_fixtures / "logs" / name).read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from autotune.core.metrics import TrialMetrics
-from autotune.core.outcome import NOTABLE_KEYWORDS, NOTABLE_SOURCE, Outcome, classify, explain, parse_oom
+from autotune.core.outcome import NOTABLE_KEYWORDS, NOTABLE_SOURCE, Outcome, explain, parse_oom
 
 TORCH_OOM = (
     "Traceback (most recent call last):\n"
@@ -209,8 +209,7 @@ TABLE = [
 
 
 @pytest.mark.parametrize(("name", "args", "expected"), TABLE, ids=[t[0] for t in TABLE])
-def test_classify(name: str, args: dict[str, Any], expected: Outcome) -> None:
-    assert classify(**args) is expected
+def test_explain(name: str, args: dict[str, Any], expected: Outcome) -> None:
     verdict = explain(**args)
     assert verdict.outcome is expected
     assert verdict.reason and "\n" not in verdict.reason and len(verdict.reason) < 400

@@ -1,4 +1,4 @@
-"""The printed-format readers (``autotune/trainers/readers``: hftrainer, iterlog, tqdmbar, chain)
+"""The printed-format readers (``autotune/trainers/kit/readers``: hftrainer, iterlog, tqdmbar, chain)
 on real outputs in ``../shared/fixtures`` and on lines written from the trainers' own source."""
 
 from __future__ import annotations
@@ -10,33 +10,22 @@ import pytest
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome, explain
-from autotune.trainers.common import merge_metrics
-from autotune.trainers.readers.chain import printed_readings
-from autotune.trainers.readers.hftrainer import read_hf_trainer
-from autotune.trainers.readers.hookfile import read_hook_file
-from autotune.trainers.readers.iterlog import read_iter_lines
-from autotune.trainers.readers.tqdmbar import parse_bars, read_lightning, read_tqdm, training_bar
+from autotune.trainers.kit.common import merge_metrics
+from autotune.trainers.kit.readers.chain import printed_readings
+from autotune.trainers.kit.readers.hftrainer import read_hf_trainer
+from autotune.trainers.kit.readers.hookfile import read_hook_file
+from autotune.trainers.kit.readers.iterlog import read_iter_lines
+from autotune.trainers.kit.readers.tqdmbar import parse_bars, read_lightning, read_tqdm, training_bar
 from autotune.trainers.registry import get_adapter
-from autotune.trainers.sana import parse_tqdm
-from tests.conftest import REPO
+from autotune.trainers.sana.adapter import parse_tqdm
+from tests.helpers import need_shared, shared_path
 
-
-def _shared(name: str) -> Path:
-    """``../shared/fixtures/<name>`` beside the checkout or a folder above it (as conftest finds LTX-2's)."""
-    for parent in REPO.parents:
-        candidate = parent / "shared" / "fixtures" / name
-        if candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "fixtures" / name
-
-
-HF = _shared("hf-trainer-real")
-SANA = _shared("sana-diffusers-real")
+HF = shared_path("hf-trainer-real")
+SANA = shared_path("sana-diffusers-real")
 
 
 def _need(folder: Path) -> None:
-    if not folder.is_dir():
-        pytest.skip(f"real trainer outputs not found at {folder}")
+    need_shared(folder)
 
 
 def _hf_output(run: str) -> str:
@@ -390,6 +379,6 @@ def test_sana_real_runs_credit_the_samples_really_stepped(
     ],
 )
 def test_real_batch_from_the_running_training_block(text: str, asked: int, real: float) -> None:
-    from autotune.trainers.readers.runblock import real_batch
+    from autotune.trainers.kit.readers.runblock import real_batch
 
     assert real_batch(text, asked) == pytest.approx(real)

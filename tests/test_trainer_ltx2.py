@@ -17,7 +17,7 @@ from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers import get_adapter
-from autotune.trainers.ltx2 import GRAD_ACCUM_KEY, KNOB_KEYS, Ltx2Adapter, trial_recipe
+from autotune.trainers.ltx2.adapter import GRAD_ACCUM_KEY, KNOB_KEYS, Ltx2Adapter, trial_recipe
 from tests.conftest import FAKES
 
 FAKE_TRAINER = FAKES / "ltx2-trainer"
@@ -336,7 +336,7 @@ def test_fake_trainer_output_is_read_right(tmp_path: Path, env: dict[str, str], 
     assert metrics.step_times_s == [3.0, 1.0, 1.5, 1.0]
     assert metrics.step_time_s == 1.0  # median after the first window
     assert metrics.samples_per_s == pytest.approx(4.0)  # batch 2 x accumulation 2 per 1.0 s step
-    # The trial's validation pass (issue 16) peaks 15 % above training; the card's cache keeps it.
+    # The trial's validation pass peaks 15 % above training; the card's cache keeps it.
     assert metrics.trainer_peak_vram_gb == round(31.25 * 1.15, 2)
     assert metrics.steps_per_s == pytest.approx(round(80 / (20 * 6.5), 2))
     assert metrics.losses == [0.1234] * 4 and not metrics.nan_loss
@@ -463,7 +463,7 @@ NO_RESUME_LINE = "  no_resume: true\n"
 def test_real_block_style_configs_render_byte_identical_to_before(
     ltx2_fixtures: Path, tmp_path: Path
 ) -> None:
-    # Recorded before trials kept the baseline's validation pass (issue 16): the opt-out renders as then.
+    # Recorded before trials kept the baseline's validation pass: the opt-out renders as then.
     adapter = _adapter(trial_validation=False)
     checked = 0
     for name, (config_sha, render_sha) in BLOCK_STYLE_RENDERS.items():
@@ -476,7 +476,7 @@ def test_real_block_style_configs_render_byte_identical_to_before(
             trial_dir = tmp_path / config.stem / f"t{i}"
             adapter.render(baseline, params, gradient_accumulation_steps=accum, steps=60, trial_dir=trial_dir)
             rendered = (trial_dir / "config.yaml").read_text()
-            # The recipe gained checkpoints.no_resume (issue 16) after the hashes were recorded:
+            # The recipe gained checkpoints.no_resume after the hashes were recorded:
             # the one line it adds is taken out, everything else must be as before.
             assert rendered.count(NO_RESUME_LINE) == 1, name
             rendered = rendered.replace(NO_RESUME_LINE, "")

@@ -23,10 +23,11 @@ _ANY_BATCH = 1 << 20
 
 
 def knob_path(name: str) -> Path:
-    """The shipped knob file ``name`` (an adapter's ``knob_file``, like ``ltx2.yaml``)."""
+    """The shipped knob file ``name`` (an adapter's ``knob_file``, like ``ltx2.yaml``); an absolute
+    path is taken as it is (a trainer that ships outside autotune keeps its knob file beside it)."""
     from configs import config_file
 
-    path = Path(str(config_file("knobs", name)))
+    path = Path(name) if Path(name).is_absolute() else Path(str(config_file("knobs", name)))
     if not path.is_file():
         raise ConfigError(f"the knob file {path} is missing; reinstall autotune")
     return path
@@ -40,16 +41,6 @@ def read_knob_file(path: Path | str) -> Any:
     except OSError as exc:
         raise ConfigError(f"cannot read knob file {path}: {exc.strerror or exc}") from None
     return load_yaml(text, str(path))
-
-
-def load_space(path: Path | str, *, max_batch_size: int, allow_extra_savers: bool) -> Space:
-    """The ``Space`` of knob file ``path``; errors name the file and the knob."""
-    return Space.from_mapping(
-        read_knob_file(path),
-        source=str(path),
-        max_batch_size=max_batch_size,
-        allow_extra_savers=allow_extra_savers,
-    )
 
 
 def trainer_fidelity(trainer: str, knobs: Sequence[str] | None = None) -> dict[str, ParamValue]:

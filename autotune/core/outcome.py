@@ -1,6 +1,6 @@
 """How a trial ended, judged by one pure function over what the runner saw.
 
-``classify`` looks at the exit (code or signal), the runner's flags (timed out,
+``explain`` looks at the exit (code or signal), the runner's flags (timed out,
 stalled, interrupted), the output text and the metrics read, and names one
 ``Outcome``. Substring matching on error text is fragile, so every pattern here
 is anchored to a real message (see tests/test_outcome.py for the table), and
@@ -131,30 +131,6 @@ class OutcomeReason:
     reason: str
 
 
-def classify(
-    returncode: int | None,
-    signal: int | None,
-    *,
-    timed_out: bool,
-    stalled: bool,
-    interrupted: bool,
-    output: str,
-    metrics: TrialMetrics | None,
-    host_over_gb: float | None = None,
-) -> Outcome:
-    """The trial's outcome; see the module docstring for the precedence."""
-    return explain(
-        returncode,
-        signal,
-        timed_out=timed_out,
-        stalled=stalled,
-        interrupted=interrupted,
-        output=output,
-        metrics=metrics,
-        host_over_gb=host_over_gb,
-    ).outcome
-
-
 def explain(
     returncode: int | None,
     signal: int | None,
@@ -166,7 +142,7 @@ def explain(
     metrics: TrialMetrics | None,
     host_over_gb: float | None = None,
 ) -> OutcomeReason:
-    """Like ``classify``, with the one-line reason.
+    """The trial's outcome (see the module docstring for the precedence) and its one-line reason.
 
     ``returncode`` may be Popen's (negative for a signal) or a shell's (128 + n);
     ``signal`` is the signal that ended the process, when known; ``host_over_gb`` the host RAM
