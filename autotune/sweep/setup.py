@@ -141,6 +141,9 @@ def plan_sweep(
     card = pick_card(opts, adapter, baseline, nvml, pin=pin)
     if opts.vram_gb is not None:
         baseline = adapter.with_emulated_vram(baseline, opts.vram_gb)
+    host_changes: list[str] = []
+    if not card.indices:  # no GPU seen: the trials run where there is no CUDA
+        baseline, host_changes = adapter.without_cuda(baseline)
     gate(opts, adapter, card)
 
     base_params = adapter.baseline_params(baseline)
@@ -206,6 +209,8 @@ def plan_sweep(
         settings["hook"] = False
     if card.emulation:  # informational: the report says how the card was emulated
         settings["emulation"] = card.emulation
+    if host_changes:  # only when some: they change what every trial runs (the report warns)
+        settings["host_changes"] = host_changes
     if opts.host_ram_gb is not None:  # only when given: a resume elsewhere has another machine's RAM
         settings["host_ram_gb"] = opts.host_ram_gb
     elif (ram := machine_ram_gb()) is not None:  # informational: the report states the host line

@@ -42,6 +42,8 @@ Params = Mapping[str, Any]
 
 #: ``Baseline.extra`` key: the card (GB) the trial-side hook emulates (set by ``with_emulated_vram``).
 HOOK_VRAM_KEY = "hook_emulated_vram_gb"
+#: ``Baseline.extra`` key: the trials run where no CUDA device is seen (set by ``without_cuda``).
+NO_CUDA_KEY = "no_cuda"
 
 
 @dataclass
@@ -208,6 +210,12 @@ class TrainerAdapter(ABC):
         """The card the trial-side hook emulates in this baseline's trials (sent to it as env)."""
         value = baseline.extra.get(HOOK_VRAM_KEY) if self.hook else None
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def without_cuda(self, baseline: Baseline) -> tuple[Baseline, list[str]]:
+        """The baseline for trials on a host without a CUDA device (no GPU seen), and what that
+        changes in every trial, one sentence each (the sweep prints them, the report warns).
+        Here: nothing changes; a trainer with a setting that needs CUDA turns it off in trials."""
+        return baseline, []
 
     def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
         """The argv that trains ``config_path`` (a config in this trainer's format) on

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,7 +23,7 @@ from autotune.core.timing import WARMUP_STEPS
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.base import NO_CUDA_KEY, Baseline, Params, TrainerAdapter
 from autotune.trainers.common import (
     check_params,
     check_positive_int,
@@ -41,9 +42,20 @@ from autotune.trainers.common import (
 from autotune.trainers.ltx2_checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
 from autotune.trainers.ltx2_data import data_sources
 from autotune.trainers.ltx2_recipe import STEPS_KEY as STEPS_KEY  # re-exported: command.py, tests
+from autotune.trainers.ltx2_recipe import (
+    TEXT_ENCODER_8BIT_OFF,
+    validates_with_8bit_text_encoder,
+)
 from autotune.trainers.ltx2_recipe import short_run_recipe as short_run_recipe
 from autotune.trainers.ltx2_recipe import trial_recipe as trial_recipe
-from autotune.trainers.ltx2_view import VIEW_DIR, Buckets, DataView, build_view, read_buckets
+from autotune.trainers.ltx2_view import (
+    VIEW_DIR,
+    Buckets,
+    DataView,
+    build_view,
+    read_buckets,
+    samples_for_trial,
+)
 from autotune.trainers.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
@@ -241,8 +253,17 @@ class Ltx2Adapter(TrainerAdapter):
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
         edits = {k: v for k, v in values if not cfg.has(k) or not same_value(cfg.get(k), v)}
         trial_dir.mkdir(parents=True, exist_ok=True)
-        recipe = trial_recipe(baseline.data, steps, trial_dir, validation=self.trial_validation)
-        view = self._data_view(baseline, cwd, trial_dir, batch * max(1, baseline.num_gpus))
+        recipe = trial_recipe(
+            baseline.data,
+            steps,
+            trial_dir,
+            validation=self.trial_validation,
+            cuda=not baseline.extra.get(NO_CUDA_KEY),
+        )
+        per_micro_step = batch * max(1, baseline.num_gpus)
+        view = self._data_view(
+            baseline, cwd, trial_dir, samples_for_trial(per_micro_step, steps * gradient_accumulation_steps)
+        )
         if view is not None:
             recipe.append(("data.preprocessed_data_root", str(view.root)))
         for key, value in recipe:
@@ -270,6 +291,17 @@ class Ltx2Adapter(TrainerAdapter):
             env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
         argv = self.launch_argv(baseline, config_path, progress_bars=False)
         return LaunchSpec(argv=tuple(argv), cwd=cwd, env=env)
+
+    def without_cuda(self, baseline: Baseline) -> tuple[Baseline, list[str]]:
+        """Trials that run the validation pass load the text encoder without 8-bit: the trainer
+        refuses its 8-bit Gemma without CUDA (gemma_8bit.py:81-86), so the baseline would crash."""
+        baseline = replace(baseline, extra={**baseline.extra, NO_CUDA_KEY: True})
+        changes = (
+            [TEXT_ENCODER_8BIT_OFF]
+            if self.trial_validation and validates_with_8bit_text_encoder(baseline.data)
+            else []
+        )
+        return baseline, changes
 
     def _data_view(self, baseline: Baseline, cwd: Path, trial_dir: Path, needed: int) -> DataView | None:
         """The largest bucket's samples linked under the trial folder (None: data not here or unread)."""
