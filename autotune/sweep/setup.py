@@ -149,7 +149,7 @@ def plan_sweep(
     base_params = adapter.baseline_params(baseline)
     base_ga = int(base_params.pop("gradient_accumulation_steps", 1) or 1)
     base_params.update(declared_baseline(declared, base_params))
-    num_gpus = max(1, baseline.num_gpus)
+    num_gpus = adapter.data_parallel(baseline)
     target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
     max_bs = opts.max_batch_size or (max(opts.batch_sizes) if opts.batch_sizes else DEFAULT_MAX_BATCH_SIZE)
     limit = adapter.max_batch_size(baseline)

@@ -211,6 +211,11 @@ class TrainerAdapter(ABC):
         value = baseline.extra.get(HOOK_VRAM_KEY) if self.hook else None
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
+    def data_parallel(self, baseline: Baseline) -> int:
+        """How many copies of the model train side by side, each on its own batch: what the
+        effective batch (batch x accumulation x this) counts. Here: every GPU of the baseline."""
+        return max(1, baseline.num_gpus)
+
     def without_cuda(self, baseline: Baseline) -> tuple[Baseline, list[str]]:
         """The baseline for trials on a host without a CUDA device (no GPU seen), and what that
         changes in every trial, one sentence each (the sweep prints them, the report warns).

@@ -185,6 +185,13 @@ class DiffusionPipeAdapter(TrainerAdapter):
             out.append(name)
         return out
 
+    def data_parallel(self, baseline: Baseline) -> int:
+        """The GPUs split into ``pipeline_stages`` stages per model copy: DeepSpeed's global batch
+        is micro batch x accumulation x the data-parallel world, GPUs / stages (train.py:605, 632)."""
+        stages = baseline.data.get("pipeline_stages", 1)
+        stages = stages if isinstance(stages, int) and not isinstance(stages, bool) and stages > 0 else 1
+        return max(1, max(1, baseline.num_gpus) // stages)
+
     def knob_limits(self, baseline: Baseline) -> dict[str, int]:
         limit = self._swap_limit(baseline)
         return {} if limit is None else {"blocks_to_swap": limit}
@@ -313,14 +320,13 @@ class DiffusionPipeAdapter(TrainerAdapter):
         config_path = trial_dir / CONFIG_NAME
         config_path.write_text(cfg.text, encoding="utf-8")
         batch = knobs[KNOB_KEYS["batch_size"]]
-        gpus = max(1, baseline.num_gpus)
         write_trial_record(
             trial_dir,
             trainer=self.name,
             batch_size=batch,
             gradient_accumulation_steps=gradient_accumulation_steps,
-            num_gpus=gpus,
-            effective_batch=batch * gradient_accumulation_steps * gpus,
+            num_gpus=max(1, baseline.num_gpus),
+            effective_batch=batch * gradient_accumulation_steps * self.data_parallel(baseline),
             steps=steps,
             data_bucket=bucket.describe(),
         )
