@@ -108,7 +108,7 @@ class TrialExecutor:
                 trial_dir=trial_dir,
             )
         except TrialOutputError as exc:
-            self._stop_for_output_error(trial, attrs_end, exc)
+            self._stop_and_raise(trial, attrs_end, exc)
         except (CandidateRefused, ConfigError) as exc:
             attrs_end.update(
                 TrialRecord.attrs_of(outcome=Outcome.CONFIG_ERROR.value, reason=one_line(str(exc)))
@@ -116,7 +116,7 @@ class TrialExecutor:
             self.progress.trial_finished(trial.number, f"config_error: {one_line(str(exc))}")
             return scheduler.finish_trial(trial, attrs_end, None)
         except BaseException as exc:  # the trainer not found, say: no trial may stay RUNNING
-            self._stop_for_output_error(trial, attrs_end, exc)
+            self._stop_and_raise(trial, attrs_end, exc)
         digest = launch_digest(spec, trial_dir)
         spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self.env})
         attrs_end.update(TrialRecord.attrs_of(command=spec.shell_command(), launch_digest=digest))
@@ -142,7 +142,7 @@ class TrialExecutor:
         before = self._gpu_used()
         result, error = self._run_watched(spec, trial_dir, limits, trial)
         if isinstance(error, TrialOutputError):
-            self._stop_for_output_error(trial, attrs_end, error)
+            self._stop_and_raise(trial, attrs_end, error)
         if error is not None:
             attrs_end.update(
                 TrialRecord.attrs_of(
@@ -181,7 +181,7 @@ class TrialExecutor:
         self._drain(before)
         return finished
 
-    def _stop_for_output_error(
+    def _stop_and_raise(
         self, trial: FrozenTrial, attrs_end: dict[str, Any], exc: BaseException
     ) -> NoReturn:
         """The trial cannot be prepared, through no fault of its candidate (its folder cannot be
