@@ -181,9 +181,7 @@ class TrialExecutor:
         self._drain(before)
         return finished
 
-    def _stop_and_raise(
-        self, trial: FrozenTrial, attrs_end: dict[str, Any], exc: BaseException
-    ) -> NoReturn:
+    def _stop_and_raise(self, trial: FrozenTrial, attrs_end: dict[str, Any], exc: BaseException) -> NoReturn:
         """The trial cannot be prepared, through no fault of its candidate (its folder cannot be
         written, the trainer is not found, Ctrl-C): record the trial ``interrupted`` (a resume runs
         it again, none stays RUNNING) and stop the sweep with the error, which says what to do."""
