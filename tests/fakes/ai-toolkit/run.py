@@ -44,7 +44,7 @@ import time
 import yaml
 
 sys.path.insert(
-    0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    0, os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 )  # tests/fakes: the hook's line format
 from hookline import hook_text
 
@@ -300,7 +300,7 @@ def main() -> int:
                     kind = "KeyError"
                 sys.stderr.write(
                     "Traceback (most recent call last):\n"
-                    f'  File "{os.path.abspath(__file__)}", line 119, in main\n'
+                    f'  File "{os.path.realpath(__file__)}", line 119, in main\n'
                     "    job.run()\n"
                     f"{kind}: {e}\n"
                 )
