@@ -300,7 +300,7 @@ def main() -> int:
                     kind = "KeyError"
                 sys.stderr.write(
                     "Traceback (most recent call last):\n"
-                    f'  File "{os.path.realpath(__file__)}", line 119, in main\n'
+                    f'  File "{os.path.abspath(__file__)}", line 119, in main\n'
                     "    job.run()\n"
                     f"{kind}: {e}\n"
                 )
