@@ -61,7 +61,8 @@ if str(ROOT) not in sys.path:
 from autotune.core.space import Candidate, Space  # noqa: E402
 from autotune.core.strategy import Observation, Strategy  # noqa: E402
 from scripts import bench_strategies as bs  # noqa: E402
-from tests.fakes.landscape import KNOBS_YAML, Landscape, suite  # noqa: E402
+from tests.fakes.landscape import Landscape, suite  # noqa: E402
+from tests.fakes.landscape import space_of as landscape_space  # noqa: E402
 
 OURS = "ours"
 STRATEGIES = (OURS, *bs.COMPETITORS)
@@ -117,9 +118,9 @@ class Run:
 
 
 def space_of(land: Landscape) -> Space:
-    return Space.from_text(
-        KNOBS_YAML, max_batch_size=land.max_batch_size, allow_extra_savers=land.allow_extra_savers
-    )
+    """The space ``autotune sweep`` searches on ``land`` (the baseline's fidelity kept unless allowed)."""
+    space: Space = landscape_space(land)
+    return space
 
 
 def factory(name: str, *, tpe_budget: int | None = None, seed: int = 0) -> StrategyFactory:

@@ -223,3 +223,51 @@ def test_the_batch_sizes_flag_parses_a_comma_list() -> None:
     for bad in ("", "0,2", "two"):
         with pytest.raises(argparse.ArgumentTypeError, match="--batch-sizes"):
             batch_list(bad)
+
+
+# -- fidelity: never traded away unasked ---------------------------------------------------------
+# (baseline quantization, optimizer, checkpointing; values held back)
+HELD_BACK = [
+    (("none", "adamw", True), {"quantization": ("int8-quanto",), "optimizer": ("adamw8bit",)}),
+    (("none", "adamw8bit", True), {"quantization": ("int8-quanto",)}),
+    (("int8-quanto", "adamw", False), {"optimizer": ("adamw8bit",)}),
+    (("int8-quanto", "adamw8bit", True), {}),  # the low-VRAM baseline: every value relaxes a saver it uses
+]
+
+
+@pytest.mark.parametrize(("base", "held"), HELD_BACK)
+def test_fidelity_knobs_keep_the_baselines_value_or_a_hungrier_one(
+    base: tuple[str, str, bool], held: dict[str, tuple[str, ...]]
+) -> None:
+    s = space(8)
+    baseline = cand(q=base[0], o=base[1], gc=base[2])
+    assert s.held_back(baseline) == held
+    kept = s.keep_fidelity(baseline)
+    for knob in kept.knobs:
+        assert not set(knob.values) & set(held.get(knob.name, ()))
+    # checkpointing is no fidelity knob: both values stay, whatever the baseline has
+    assert kept.knob("gradient_checkpointing").values == (True, False)
+    assert kept.candidate(baseline.params) == baseline and kept.fidelity == s.fidelity
+    assert len(kept) == len(s) // (2 ** len(held))
+    # extra savers (only with --allow-extra-savers) sit below every value: held back too
+    assert set(space(8, extra=True).held_back(baseline).get("quantization", ())) >= set(
+        held.get("quantization", ())
+    )
+
+
+def test_fidelity_knobs_are_the_knob_files_fidelity_mapping() -> None:
+    text = """knobs:
+  - name: precision
+    values: [fp8, fp8_scaled, bf16]
+  - name: split_attn
+    values: [true, false]
+  - name: batch_size
+    type: int
+fidelity: {precision: fp8_scaled}
+"""
+    s = Space.from_text(text, max_batch_size=4, allow_extra_savers=False)
+    base = s.candidate({"precision": "bf16", "split_attn": False, "batch_size": 1})
+    assert s.held_back(base) == {"precision": ("fp8", "fp8_scaled")}  # split_attn: not a fidelity knob
+    kept = s.keep_fidelity(base)
+    assert kept.knob("precision").values == ("bf16",) and kept.knob("split_attn").values == (True, False)
+    assert kept.fidelity == {}  # the preferred value is held back: no near-tie can prefer it

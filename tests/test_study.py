@@ -111,6 +111,22 @@ def test_settings_diff(change: dict[str, Any], expected: list[str]) -> None:
     assert settings_diff(SETTINGS, {**SETTINGS, **change}) == expected
 
 
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        (False, []),  # a study stored before the flag was a setting swept without extra savers
+        (True, ["allow_extra_savers: the study has False, this run True"]),
+    ],
+)
+def test_a_study_without_allow_extra_savers_reads_as_not_allowed(now: bool, expected: list[str]) -> None:
+    old = {k: v for k, v in SETTINGS.items() if k != "allow_extra_savers"}
+    assert settings_diff(old, {**SETTINGS, "allow_extra_savers": now}) == expected
+    assert settings_diff({**SETTINGS, "allow_extra_savers": True}, SETTINGS) == [
+        "allow_extra_savers: the study has True, this run False"
+    ]
+    assert settings_diff(SETTINGS, {**SETTINGS, "held_back": {"quantization": ["int8-quanto"]}}) == []
+
+
 def test_distributions_hold_extra_savers_and_none() -> None:
     q = DISTS["quantization"]
     assert q.choices == ("int4-quanto", "int8-quanto", "none")  # type: ignore[attr-defined]

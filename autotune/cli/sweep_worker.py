@@ -188,7 +188,11 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--allow-extra-savers",
         action="store_true",
-        help="also try savers beyond the baseline (like int4/int2 quantization); they may cost quality",
+        help="also try savers that cost quality beyond the baseline's: a fidelity knob's values below the "
+        "baseline's (any quantization on an unquantized baseline, 8-bit AdamW on an AdamW one, int4/int2 "
+        "quantization); without it the sweep only relaxes the baseline's own savers and the report names "
+        "what it held back. Gradient checkpointing, batch size and offload are searched either way: they "
+        "cost speed or host RAM, not quality",
     )
     p.add_argument(
         "--confirm",

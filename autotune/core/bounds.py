@@ -87,15 +87,36 @@ def own_bound(pts: list[tuple[int, float, float]], b: int) -> float:
             lows.append(ti * (1 - mi))
     hull = lower_hull(pts)
     for (b1, t1, m1), (b2, t2, m2) in itertools.pairwise(hull):
-        # Extend each hull secant to the right with the smallest slope the noise allows. Never
-        # to the left: a batch that pays extra breaks convexity there and would hide a faster
-        # batch below it. To the right it only makes the bound looser.
+        # Extend each hull secant to the right with the smallest slope the noise allows, and to
+        # the left with the largest: convexity puts T above both extensions. Only hull secants:
+        # a batch that paid extra (above the hull) would tilt a secant and hide a faster batch.
         if b > b2:
             slope = (t2 * (1 - m2) - t1 * (1 + m1)) / (b2 - b1)
             if slope > 0:
                 lows.append(t2 * (1 - m2) + slope * (b - b2))
+        elif b < b1:
+            steep = (t2 * (1 + m2) - t1 * (1 - m1)) / (b2 - b1)
+            lows.append(t1 * (1 - m1) - steep * (b1 - b))
     low = max(lows)
-    return b / low if low > 0 else math.inf
+    bound = b / low if low > 0 else math.inf
+    return min(bound, unimodal_cap(hull, b))
+
+
+def unimodal_cap(hull: list[tuple[int, float, float]], b: int) -> float:
+    """Samples/s at batch ``b`` can be no more than at a hull point ``x1 > b`` that a hull point
+    further right beats beyond both noises: convex step time makes samples/s unimodal in the batch
+    (``T(b)/b`` has one minimum: ``d/db (T/b)`` changes sign once, since ``(b T' - T)' = b T'' >= 0``),
+    so once it rises from ``x1`` to ``x2`` it never was higher left of ``x1``. This is what ends the
+    walk down from a family's largest fitting batch one batch at a time: one run below it, slower,
+    bounds every batch below that run."""
+    cap = math.inf
+    best_right = 0.0  # the most any hull point right of x1 is sure to reach (samples/s, noise off)
+    for x, t, m in reversed(hull):
+        sps_lo, sps_hi = x / (t * (1 + m)), x / (t * (1 - m))
+        if x > b and best_right > sps_hi:
+            cap = min(cap, sps_hi)
+        best_right = max(best_right, sps_lo)
+    return cap
 
 
 class SpeedBounds:

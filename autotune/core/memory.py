@@ -124,7 +124,8 @@ def pick_batch(
             break
     frontier = [c for c in members if floor < space.batch(c) < ceiling]
     if not frontier:
-        return max(members, key=lambda c: (bounds.get(c, math.inf), space.batch(c)))
+        measured = sorted({space.batch(c) for c in k.points if space.family(c) == fam})
+        return bisect_gap(grid, members, measured, bounds)
     if not own and (ooms or start_low):
         return frontier[0]  # the neighbours' line was far off (checkpointing off, say): start low
     line = memory_line(space, k, fam, own, ooms, card_gb)
@@ -138,6 +139,28 @@ def pick_batch(
             target = min(target, max(floor + 1, (floor + int(ceiling)) // 2))
     below = [c for c in frontier if space.batch(c) <= target]
     return below[-1] if below else frontier[0]
+
+
+def bisect_gap(
+    grid: Grid, members: list[Candidate], measured: Sequence[int], bounds: Mapping[Candidate, float]
+) -> Candidate:
+    """The next speed probe once a family's memory limit is known: in the gap between measured
+    batches that holds the member with the highest speed bound, the member nearest the gap's middle
+    (by place on the batch grid). Bisection, not a walk from the gap's end: a run in the middle
+    bounds both halves (the secants from wider-spaced points are tighter under noise), so a gap
+    of n batches takes O(log n) runs, not n (batch 64 fits, 33..63 could win: 48 first, not 63)."""
+    space = grid.space
+    top = max(members, key=lambda c: (bounds.get(c, math.inf), space.batch(c)))
+    b = space.batch(top)
+    lo = max((m for m in measured if m < b), default=0)
+    hi = min((m for m in measured if m > b), default=None)
+    gap = [c for c in members if lo < space.batch(c) and (hi is None or space.batch(c) < hi)]
+    if hi is None or len(gap) <= 2:
+        return top
+    place = {x: i for i, x in enumerate(grid.batches)}
+    lo_i = place.get(lo, -1)
+    middle = (lo_i + place[hi]) / 2
+    return min(gap, key=lambda c: (abs(place[space.batch(c)] - middle), -bounds.get(c, math.inf)))
 
 
 def memory_line(

@@ -27,6 +27,15 @@ Knob files (``configs/knobs/<trainer>.yaml``) look like::
         step: 0.05           # refined near the winner down to this step (the default)
     fidelity: {quantization: none, optimizer: adamw}
 
+``fidelity`` names the **fidelity knobs** (and each one's preferred value, which decides near-ties):
+the knobs whose saving values lower the quality of what is trained (quantized weights, 8-bit
+optimizer states, an fp8 transformer). The sweep never proposes a fidelity knob's value on the
+saving side of the baseline's own unless ``--allow-extra-savers`` is given (``Space.keep_fidelity``):
+an unquantized AdamW baseline is searched unquantized with AdamW. A knob left out of it (gradient
+checkpointing, batch size, block swap, offload, ``split_attn``) trades speed or host RAM, never
+quality, so the search may turn it either way (checkpointing on for a baseline with it off, to fit
+a bigger batch, included).
+
 A precision category is a choice listed leanest first (``[nf4, float8, bfloat16]``). Count and
 fraction knobs are offload knobs (``host: offload``, the default; ``host: none`` when more of one
 does not cost host RAM): ``Space.host_positions`` orders candidates by host RAM with them reversed.
@@ -45,7 +54,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Union
 
 from autotune.core.yamltext import load_yaml
@@ -377,6 +386,32 @@ class Space:
         if not isinstance(fidelity, dict):
             raise ConfigError(f"{source}: 'fidelity' must be a mapping of knob -> preferred value")
         return cls(knobs, fidelity=fidelity)
+
+    def held_back(self, baseline: Candidate) -> dict[str, tuple[ParamValue, ...]]:
+        """Each fidelity knob's values on the saving side of ``baseline``'s own (empty ones left out):
+        what an unasked sweep never proposes, since they would trade away quality the baseline kept."""
+        out: dict[str, tuple[ParamValue, ...]] = {}
+        for name in self.fidelity:
+            knob = self._by_name[name]
+            here = knob.position(knob.normalize(baseline.params[name]))
+            below = tuple(v for v in knob.values if knob.position(v) < here)
+            if below:
+                out[name] = below
+        return out
+
+    def keep_fidelity(self, baseline: Candidate) -> Space:
+        """This space without the values ``held_back`` names: the space an unasked sweep searches."""
+        held = self.held_back(baseline)
+        if not held:
+            return self
+        knobs = []
+        for k in self.knobs:
+            gone = held.get(k.name, ())
+            if gone:  # a prefix of the values (saving first); extra savers lead, so they go first
+                k = replace(k, values=k.values[len(gone) :], extra=max(0, k.extra - len(gone)))
+            knobs.append(k)
+        fidelity = {n: v for n, v in self.fidelity.items() if v not in held.get(n, ())}
+        return Space(knobs, fidelity=fidelity, batch_knob=self.batch_knob)
 
     def restricted(self, names: Collection[str], extra: Sequence[Knob] = ()) -> Space:
         """Only the knobs in ``names`` (file order), then ``extra`` (declared ones): the knobs a

@@ -48,8 +48,11 @@ Definitions the sweep and the report rely on:
   measured noises, at least ``min_noise``) is a contender; the best and the contenders most
   likely to beat it (fewest combined noises below it, not merely the next fastest) run again
   rather than a guess deciding, and then the baseline (its speed is the speed-up's
-  denominator). Bounded: at most ``REMEASURE_CONTENDERS`` contenders besides the best are ever
-  re-measured, ``REMEASURE_RUNS`` runs per candidate in all. Each run narrows a point's noise
+  denominator). None when the best leads every other fitting point by more than its noise.
+  Bounded: at most ``REMEASURE_CONTENDERS`` contenders besides the best are ever re-measured,
+  ``REMEASURE_RUNS`` runs per candidate in all, re-measures are at most ``REMEASURE_SHARE`` of
+  the search's own trials (more on a noisy host, at least ``REMEASURE_AT_LEAST``), and they never take the trials past the grid's
+  candidates + ``REMEASURE_OVER_GRID``: a small grid stays cheap. Each run narrows a point's noise
   (``knowledge.noise_of``); after one, the search is asked again, since a changed best can
   reopen candidates.
 """
@@ -69,22 +72,37 @@ from autotune.core.space import Candidate, Space
 
 #: Runs a candidate gets at most when a near-tie is re-measured (its first run included).
 REMEASURE_RUNS = 3
-#: A near-tie worth re-measuring: the two within this many of their noises. Two, because the
-#: difference of two noisy figures is noisier than either, and the best of many measured
-#: candidates tends to be one measured high (the winner's curse).
-REMEASURE_WITHIN = 2.0
+#: A near-tie worth re-measuring: the two within this many of their noises (the larger of the
+#: two). The winner's lead has a noise of its own: the difference of two noisy figures is
+#: noisier than either (about 1.4x), and the best of many measured candidates tends to be one
+#: measured high (the winner's curse). A winner that leads by more is not re-measured. 1.6: on
+#: the development seeds (1-200) and the held-out ones, 2.0 found no best more and cost 3-5 %
+#: more GPU-hours; 1.0-1.4 lost a noisy landscape (step noise 5-10 %).
+REMEASURE_WITHIN = 1.6
 #: Contenders besides the best that a near-tie re-measures at most (distinct candidates). Two:
 #: on the development seeds (1-200) one lost a landscape that two won, and three or four won
 #: none more while costing 1-1.6 % more of the grid's GPU-hours.
 REMEASURE_CONTENDERS = 2
+#: Re-measures are at most this share of the search's own trials (first runs of a candidate),
+#: times how far the noisiest measured point's one-run noise sits above ``min_noise`` (a loud
+#: host earns more re-runs), and at least ``REMEASURE_AT_LEAST``: the search decides most of
+#: what a sweep learns, re-runs only settle a near-tie. On a quiet host a 16-candidate grid
+#: then stays within 8 trials.
+REMEASURE_SHARE = 0.25
+REMEASURE_AT_LEAST = 4
+#: Re-measures never take a sweep past the grid's candidates plus this many trials.
+REMEASURE_OVER_GRID = 2
 
 __all__ = [
     "ATTEMPTS",
     "DEFAULT_ATTEMPTS",
     "DEFAULT_SPEED_PRIORS",
     "MEMORY_OUTCOMES",
+    "REMEASURE_AT_LEAST",
     "REMEASURE_CONTENDERS",
+    "REMEASURE_OVER_GRID",
     "REMEASURE_RUNS",
+    "REMEASURE_SHARE",
     "Observation",
     "Strategy",
     "Verdict",
@@ -152,7 +170,7 @@ class Strategy:
         """The next re-run of a near-tie (see "Re-measure" above), or None when none is due."""
         k = self._read(history)
         best = self._best(k)
-        if best is None:
+        if best is None or not self._remeasure_budget(history, k, best):
             return None
         base = k.points.get(self.baseline)
         near = self._contenders(k, best)
@@ -165,6 +183,17 @@ class Strategy:
         if remeasured and base is not None and base.runs < 2 and self.baseline not in k.running:
             return self.baseline  # once: the speed-up's denominator, measured as often as a contender
         return None
+
+    def _remeasure_budget(self, history: Sequence[Observation], k: Knowledge, best: Point) -> bool:
+        """Whether one more re-measure fits the bounds (``REMEASURE_SHARE``, ``REMEASURE_OVER_GRID``)."""
+        trials = sum(1 for o in history if o.outcome is not None) + len(k.running)
+        again = sum(p.runs - 1 for p in k.points.values())
+        search = trials - again
+        if trials + 1 > len(self._grid.candidates) + REMEASURE_OVER_GRID:
+            return False
+        first = [p.noise * math.sqrt(p.runs) for p in k.points.values()]  # one run's noise, each
+        loud = max(1.0, max(first, default=0.0) / self.min_noise)
+        return again + 1 <= max(REMEASURE_AT_LEAST, math.floor(REMEASURE_SHARE * loud * search))
 
     def _contenders(self, k: Knowledge, best: Point) -> list[Point]:
         """The fitting points within the noise of ``best``, most likely to beat it first, at most
@@ -261,7 +290,14 @@ class Strategy:
         if not could:
             return None
         grid = self._grid
-        for fam in grid.families:
+        touched = {grid.family(c) for c in (*k.seen, *k.running)}
+        unbounded = {grid.family(c) for c, ub in could.items() if math.isinf(ub)}
+        fresh = [f for f in grid.families if f not in touched and f in unbounded]
+        # A family each, early: one that has never run and whose speed nothing bounds yet (a
+        # second precision, a declared knob's other value: no prior relates it to what ran) gets
+        # its first probe before any family's search goes deeper, so it is measured while the
+        # first family's batches are still being bracketed, not after.
+        for fam in (*fresh, *grid.families):
             members = sorted((c for c in could if grid.family(c) == fam), key=grid.batch)
             if members:
                 return memory.pick_batch(

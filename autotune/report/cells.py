@@ -64,6 +64,17 @@ def _progress(r: Report) -> str:
     return text
 
 
+def savers_line(r: Report) -> str:
+    """Whether savers that cost quality beyond the baseline's were allowed, and what was held back."""
+    if r.extra_savers:
+        return "--allow-extra-savers: savers beyond the baseline's (which may cost quality) were tried too"
+    text = "only the baseline's own savers were relaxed (no --allow-extra-savers)"
+    if r.held_back:
+        held = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in r.held_back.items())
+        text += f"; held back, since they would lower the quality the baseline keeps: {held}"
+    return text
+
+
 def summary(r: Report) -> list[tuple[str, str]]:
     """(label, text) pairs for the head of every format."""
     items = [("Card", _card_line(r))]
@@ -80,6 +91,7 @@ def summary(r: Report) -> list[tuple[str, str]]:
     if extras:
         trainer += f" ({', '.join(extras)})"
     items.append(("Trainer", trainer))
+    items.append(("Savers", savers_line(r)))
     if r.host_ram_gb is not None and (r.offload_knobs or any(t.get("host_fits") is False for t in r.trials)):
         whose = "--host-ram-gb" if r.host_ram_given else "this machine's RAM; set it with --host-ram-gb"
         line = fit_limit_gb(r.host_ram_gb, r.headroom or 0.0)

@@ -53,6 +53,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "card": r.card,
         **({"emulation": r.emulation} if r.emulation else {}),  # how the card was emulated
         "headroom": r.headroom,
+        "extra_savers": {"allowed": r.extra_savers, "held_back": r.held_back},
         "steps": r.steps,
         "config_path": r.config_path,
         "status": {

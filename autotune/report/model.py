@@ -103,6 +103,9 @@ class Report:
     #: How the card was emulated (``settings["emulation"]``: counted on CPU, capped on a larger GPU,
     #: or why not); ``None``: a real card, or a study from before it was recorded.
     emulation: str | None = None
+    #: What every trial ran differently on the sweep's host (``settings["host_changes"]``: a
+    #: setting that needs CUDA turned off where there is none).
+    host_changes: list[str] = field(default_factory=list)
     #: Per trial: the phase (training, validation, save) that set its peak, the data bucket judged.
     memory_phases: list[str] = field(default_factory=list)
     #: The host RAM the trials were judged against (GB) and whether ``--host-ram-gb`` set it (else
@@ -110,6 +113,10 @@ class Report:
     host_ram_gb: float | None = None
     host_ram_given: bool = False
     offload_knobs: bool = False
+    #: Whether ``--allow-extra-savers`` let the sweep try savers that cost quality beyond the
+    #: baseline's, and (when not) the fidelity knobs' values it held back for that reason.
+    extra_savers: bool = False
+    held_back: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def card_gb(self) -> float | None:

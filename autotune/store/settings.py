@@ -11,7 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 #: Settings that describe the run, not the sweep: they may differ on resume.
-INFORMATIONAL_SETTINGS = frozenset({"config_path", "full_steps", "launch_cwd", "emulation", "machine_ram_gb"})
+INFORMATIONAL_SETTINGS = frozenset(
+    {"config_path", "full_steps", "launch_cwd", "emulation", "machine_ram_gb", "held_back"}
+)
+#: What a setting a study stored before it existed reads as (the behaviour of those sweeps).
+DEFAULT_WHEN_MISSING: dict[str, Any] = {"allow_extra_savers": False}
 #: Informational settings a resume that gives them updates (the report reads the latest).
 UPDATED_ON_RESUME = ("full_steps",)
 
@@ -23,7 +27,8 @@ def settings_diff(stored: Mapping[str, Any], current: Mapping[str, Any], prefix:
         if not prefix and key in INFORMATIONAL_SETTINGS:
             continue
         name = f"{prefix}{key}"
-        a, b = stored.get(key, _MISSING), current.get(key, _MISSING)
+        missing = DEFAULT_WHEN_MISSING.get(key, _MISSING) if not prefix else _MISSING
+        a, b = stored.get(key, missing), current.get(key, missing)
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             lines.extend(settings_diff(a, b, name + "."))
         elif _named(a) and _named(b):  # the knobs: say which knob differs, and how

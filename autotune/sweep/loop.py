@@ -266,9 +266,13 @@ def _more_savers(settings: Mapping[str, Any]) -> str:
     """What saves more memory than the baseline, among the knobs the sweep has (no quantization
     advice to a trainer that has no quantization knob)."""
     knobs = [k for k in settings.get("knobs") or [] if isinstance(k, Mapping)]
-    savers = [
-        f"{k.get('name')} {', '.join(map(str, k['extra_savers']))}" for k in knobs if k.get("extra_savers")
-    ]
+    held = settings.get("held_back")
+    held = held if isinstance(held, Mapping) else {}
+    savers = []
+    for k in knobs:  # the fidelity knobs' values held back below the baseline's, then extra savers
+        values = dict.fromkeys([*(held.get(k.get("name")) or []), *(k.get("extra_savers") or [])])
+        if values:
+            savers.append(f"{k.get('name')} {', '.join(map(str, values))}")
     if savers:
         return f"--allow-extra-savers tries savers beyond the baseline ({'; '.join(savers)})"
     return "a knob of the trainer that saves memory (for --cmd: declared with --knob, saving values first)"

@@ -213,6 +213,8 @@ class SweepSession:
             self.progress.line(f"card {card.emulation}")
         if (steps_warning := plan.adapter.steps_warning(plan.baseline, plan.steps)) is not None:
             self.progress.line(steps_warning)
+        for change in plan.settings.get("host_changes", ()):
+            self.progress.line(f"trials changed for this host: {change}")
         return scheduler, claimed
 
     def _conclude(

@@ -41,6 +41,7 @@ import json
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -182,8 +183,17 @@ class Landscape:
 
     # -- the grid and its answer ---------------------------------------------------------
     def quantizations(self) -> list[str]:
+        """The quantizations a sweep may try: none below the baseline's without extra savers (the
+        sweep never lowers the baseline's fidelity unasked: ``autotune.core.space.Space.keep_fidelity``)."""
+        if self.allow_extra_savers:
+            return ["int2-quanto", "int4-quanto", "int8-quanto", QUANT_NONE]
         q = ["int8-quanto", QUANT_NONE]
-        return ["int2-quanto", "int4-quanto", *q] if self.allow_extra_savers else q
+        return q[q.index(_norm(self.baseline)["quantization"]) :]
+
+    def optimizers(self) -> list[str]:
+        """The optimizers a sweep may try: no 8-bit AdamW on an AdamW baseline without extra savers."""
+        o = ["adamw8bit", "adamw"]
+        return o if self.allow_extra_savers else o[o.index(self.baseline["optimizer"]) :]
 
     def batch_sizes(self) -> list[int]:
         """Every integer batch size up to the maximum: the grid the search replaces."""
@@ -193,7 +203,7 @@ class Landscape:
         return [
             {"quantization": q, "optimizer": o, "batch_size": b, "gradient_checkpointing": c}
             for q in self.quantizations()
-            for o in ("adamw8bit", "adamw")
+            for o in self.optimizers()
             for b in self.batch_sizes()
             for c in (True, False)
         ]
@@ -346,6 +356,114 @@ def generate(seed: int) -> Landscape:
     return land
 
 
+def space_of(land: Landscape) -> Any:
+    """The space a sweep of ``land`` searches: the knob file's, for its maximum batch, with the
+    baseline's fidelity kept unless the landscape allows extra savers (as ``autotune sweep`` builds it)."""
+    from autotune.core.space import Space
+
+    space = Space.from_text(
+        KNOBS_YAML, max_batch_size=land.max_batch_size, allow_extra_savers=land.allow_extra_savers
+    )
+    if land.allow_extra_savers:
+        return space
+    return space.keep_fidelity(space.candidate(land.baseline))
+
+
 def suite(n: int = 60, *, first_seed: int = 1) -> list[Landscape]:
     """The standard suite: ``n`` landscapes from consecutive seeds (varied cards and workloads)."""
     return [generate(s) for s in range(first_seed, first_seed + n)]
+
+
+# -- a script swept with --cmd: a declared precision knob and batch sizes up to 4096 ----------------
+SCRIPT_KNOBS_YAML = """\
+knobs:
+  - name: precision
+    values: [bf16-mixed, 32-true]
+  - name: batch_size
+    type: int
+"""
+
+
+@dataclass(frozen=True)
+class ScriptLandscape:
+    """A small script (a Lightning module swept through ``--cmd`` on an emulated card): a declared
+    ``precision`` knob (bf16-mixed, 32-true) and every batch size up to 4096 (1..64, then doubling).
+
+    The shape two public scripts showed: on CPU bf16 is emulated, so 32-true runs 2-2.6x faster per
+    sample while holding twice the activations; per-step overhead is small next to the batch's
+    compute, so samples/s keeps rising with the batch and the winner is 32-true at the largest batch
+    it fits, 1024 (its limit lies between 1100 and 1900), not bf16 at 2048.
+    """
+
+    seed: int
+    card_gb: float
+    headroom: float
+    max_batch_size: int
+    baseline: dict[str, Any]
+    static_gb: float
+    act_gb: dict[str, float]
+    fixed_s: float
+    per_sample_s: dict[str, float]
+    step_noise: float
+    run_noise: float
+    load_s: float
+
+    def peak_gb(self, params: dict[str, Any]) -> float:
+        return self.static_gb + self.act_gb[params["precision"]] * int(params["batch_size"])
+
+    def fits(self, params: dict[str, Any]) -> bool:
+        return self.peak_gb(params) <= (1.0 - self.headroom) * self.card_gb
+
+    def samples_per_s(self, params: dict[str, Any]) -> float:
+        b = int(params["batch_size"])
+        return b / (self.fixed_s + self.per_sample_s[params["precision"]] * b)
+
+    def true_best(self, batches: Sequence[int]) -> tuple[dict[str, Any], float]:
+        fitting = [
+            {"precision": p, "batch_size": b}
+            for p in self.act_gb
+            for b in batches
+            if self.fits({"precision": p, "batch_size": b})
+        ]
+        best = max(fitting, key=self.samples_per_s)
+        return best, self.samples_per_s(best)
+
+    def simulate(self, params: dict[str, Any], *, steps: int = 50, run: int = 0) -> SimRun:
+        rng = random.Random(_stable_seed(self.seed, params, run))
+        peak = self.peak_gb(params)
+        if peak > self.card_gb:
+            return SimRun("oom", self.load_s)
+        b = int(params["batch_size"])
+        t = b / self.samples_per_s(params)
+        bias = 1.0 + rng.gauss(0.0, self.run_noise)
+        times = sorted(
+            max(0.05 * t, t * bias * (1.0 + rng.gauss(0.0, self.step_noise))) for _ in range(steps)
+        )
+        median = statistics.median(times)
+        spread = (_quantile(times, 0.75) - _quantile(times, 0.25)) / 2.0 / median
+        return SimRun("ok", self.load_s + sum(times), b / median, median, spread, peak, tuple(times))
+
+
+def generate_script(seed: int) -> ScriptLandscape:
+    """One script landscape, a pure function of ``seed`` (see ``ScriptLandscape``)."""
+    rng = random.Random(seed)
+    act32 = rng.uniform(0.002, 0.01)  # GiB per sample at 32-true
+    static = rng.uniform(0.05, 0.5)
+    headroom = 0.1
+    limit32 = rng.uniform(1100.0, 1900.0)
+    card = (static + act32 * limit32) / (1.0 - headroom)
+    per_bf16 = rng.uniform(0.002, 0.01)
+    return ScriptLandscape(
+        seed=seed,
+        card_gb=card,
+        headroom=headroom,
+        max_batch_size=4096,
+        baseline={"precision": "bf16-mixed", "batch_size": rng.choice([16, 32, 64])},
+        static_gb=static,
+        act_gb={"bf16-mixed": act32 / 2.0, "32-true": act32},
+        fixed_s=rng.uniform(0.01, 0.05),
+        per_sample_s={"bf16-mixed": per_bf16, "32-true": per_bf16 / rng.uniform(2.0, 2.6)},
+        step_noise=(noise := rng.uniform(0.01, 0.05)),
+        run_noise=noise * rng.uniform(0.2, 0.5),
+        load_s=rng.uniform(2.0, 10.0),
+    )

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/fakes: the hook's line format
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # tests/fakes: the hook's line format
 from hookline import hook_text
 
 BLOCKS = 20

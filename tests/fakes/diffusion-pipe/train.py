@@ -58,7 +58,7 @@ from typing import Any
 import tomllib
 
 sys.path.insert(
-    0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    0, os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 )  # tests/fakes: the hook's line format
 from hookline import hook_text
 

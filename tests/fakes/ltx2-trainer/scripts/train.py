@@ -69,7 +69,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(
-    0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 )  # tests/fakes: the hook's line format
 from hookline import hook_text
 

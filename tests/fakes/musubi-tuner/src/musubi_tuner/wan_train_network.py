@@ -34,7 +34,7 @@ from pathlib import Path
 import tomlkit  # the real trainer reads it with the toml package (config_utils.py:20); 3.10 has no tomllib
 
 sys.path.insert(
-    0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
 )  # tests/fakes: the hook's line format
 from hookline import hook_text
 
