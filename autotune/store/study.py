@@ -26,7 +26,6 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotune.core import verdict
-from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import Knob, to_study_value
 from autotune.errors import StorageError, StudyMismatchError, UsageError
@@ -326,11 +325,11 @@ class SweepStudy:
         self._reread(op.trial_id(trial))
 
     def finish_trial(self, trial: FrozenTrial, attrs: Mapping[str, Any], value: float | None) -> FrozenTrial:
-        """Write the trial's user attrs and its fit constraint, then COMPLETE with ``value``
-        (measured ok) or FAIL."""
+        """Write the trial's user attrs and its fit constraint, then COMPLETE with ``value`` or FAIL
+        when it is ``None`` (``verdict.judge`` decides the value: set only for a measured ok run)."""
         op.set_trial_user_attrs(self.storage, op.trial_id(trial), attrs)
         op.set_trial_constraints(self.storage, op.trial_id(trial), [self.fit_constraint(attrs)])
-        if value is not None and attrs.get("outcome") == Outcome.OK.value:
+        if value is not None:
             finished = self.study.tell(trial.number, value, state=TrialState.COMPLETE)
         else:
             finished = self.study.tell(trial.number, state=TrialState.FAIL)
