@@ -235,10 +235,10 @@ def test_declared_knobs_reach_the_config_and_a_worker_rebuilds_the_same_space(tm
 
 
 def test_the_report_adapter_rebuilt_from_the_settings_knows_the_declared_placeholders(tmp_path: Path) -> None:
-    from autotune.report.winning import _option_value
+    from autotune.store.settings import read_settings
 
     plan = _plan(tmp_path, "train --bs {batch_size} --swap {swap}", knobs=("swap=0,1",))
-    options = {k: _option_value(v) for k, v in plan.settings["trainer_options"].items()}
+    options = read_settings(plan.settings)["trainer_options"]
     adapter = get_adapter("command", **options)
     assert "--swap 1" in adapter.training_command(
         tmp_path / "c.yaml", params={"batch_size": 2, "swap": 1}, steps=10

@@ -43,6 +43,7 @@ from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
 from autotune.report.winning import adapter_for, add_command
+from autotune.store.settings import settings_of
 from autotune.store.study import card_gb_of
 from autotune.trainers import TrainerAdapter, adapter_class
 
@@ -102,7 +103,7 @@ def build_report(
     launch command names it (default: ``<report_dir>/best-config.yaml``).
     """
     sattrs = study.user_attrs
-    settings: dict[str, Any] = dict(sattrs.get("settings") or {})
+    settings = settings_of(sattrs)
     base: dict[str, Any] = dict(sattrs.get("baseline_params") or {})
     trainer = str(settings.get("trainer") or "unknown")
     card = dict(settings.get("card") or {})

@@ -21,6 +21,7 @@ from autotune.report.model import knob_names
 from autotune.store import study as st
 from autotune.store import urls
 from autotune.store.identity import ProcessIdentity
+from autotune.store.settings import settings_of
 from autotune.store.storage import open_storage
 
 
@@ -29,7 +30,7 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
     url = storage or urls.default_storage_url(workdir or urls.DEFAULT_WORKDIR)
     s = st.SweepStudy.load(open_storage(url, create=False), study)
     attrs = s.user_attrs
-    settings = attrs.get("settings") or {}
+    settings = settings_of(attrs)
     trials = s.trials()
     records = [TrialRecord.from_trial(t) for t in trials]
     now = dt.datetime.now()
