@@ -72,7 +72,7 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
     report = study_dir / "report.md" if study_dir and (study_dir / "report.md").is_file() else None
     return {
         "study": s.name,
-        "storage": url,
+        "storage": urls.redact_url(url),
         "trainer": settings.get("trainer"),
         "card": settings.get("card"),
         "headroom": settings.get("headroom"),

@@ -29,7 +29,7 @@ from autotune.store.sqlite import (
     enable_wal,
     fast_commits,
 )
-from autotune.store.urls import check_storage_url, is_sqlite, redact_url, sqlite_path
+from autotune.store.urls import check_storage_url, is_sqlite, missing_driver_advice, redact_url, sqlite_path
 
 
 def open_storage(url: str, *, create: bool = True, read_only: bool = False) -> RDBStorage:
@@ -73,10 +73,7 @@ def open_storage(url: str, *, create: bool = True, read_only: bool = False) -> R
             fast_commits(engine(storage))
         return storage
     except ImportError as exc:
-        raise StorageError(
-            f"the database driver for {redact_url(url)} is not installed ({exc}); "
-            "for PostgreSQL install the 'postgres' extra: pip install 'autotune[postgres]'"
-        ) from None
+        raise StorageError(missing_driver_advice(url, exc)) from None
     except StorageError:
         raise  # ours: it says what and where already
     except Exception as exc:  # sqlalchemy/optuna raise many kinds; all mean the same to a user
@@ -144,6 +141,8 @@ def _open_read_only(url: str) -> RDBStorage:
         return new_rdb_storage(
             open_url, {"connect_args": connect_args}, create=False, skip_compatibility_check=True
         )
+    except ImportError as exc:
+        raise StorageError(missing_driver_advice(url, exc)) from None
     except StorageError:
         raise
     except Exception as exc:

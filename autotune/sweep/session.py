@@ -38,6 +38,7 @@ from autotune.gpu.probe import VisibleGpu
 from autotune.store.identity import ProcessIdentity
 from autotune.store.storage import open_storage
 from autotune.store.study import CARD_GB_ATTR
+from autotune.store.urls import redact_url
 from autotune.sweep import conclude
 from autotune.sweep.executor import TrialExecutor
 from autotune.sweep.fitcheck import check_fit
@@ -146,7 +147,7 @@ class SweepSession:
                     self.progress.line(f"the worker on {_prefix(gpu).strip()} stopped: {exc}")
         study = scheduler.study
         if not self.concludes:  # a worker leaves the best, confirmation and report to the sweep
-            return conclude.result(study, plan.study_name, plan.storage_url, None, stop_reason, [], self.t0)
+            return conclude.result(study, plan.study_name, redact_url(plan.storage_url), None, stop_reason, [], self.t0)
         return self._conclude(plan, loop, executor, stop_reason)
 
     def _open(self, plan: SweepPlan) -> tuple[Scheduler, ClaimedScheduler | None]:
@@ -182,7 +183,7 @@ class SweepSession:
         done = study.counted_trials()
         fit = check_fit(plan)
         self.progress.line(
-            f"autotune sweep: study {plan.study_name!r} in {plan.storage_url}"
+            f"autotune sweep: study {plan.study_name!r} in {redact_url(plan.storage_url)}"
             + (f" (resuming: {done} trial{'s' if done != 1 else ''} done)" if done else "")
             + f"; trainer {opts.trainer}, card {card.name}"
             + ("" if card.name.startswith(("emulated", "planned")) else f" ({format_gb(card.vram_gb)})")
@@ -223,7 +224,7 @@ class SweepSession:
         conclude.record_ruled_out(study, plan.space, plan.strategy)
         reports = conclude.write_reports(study, plan.study_dir, self.progress)
         return conclude.result(
-            study, plan.study_name, plan.storage_url, best_trial, stop_reason, reports, self.t0
+            study, plan.study_name, redact_url(plan.storage_url), best_trial, stop_reason, reports, self.t0
         )
 
     def _start_sibling(self, gpu: VisibleGpu, plan: SweepPlan, root: ClaimedScheduler) -> threading.Thread:
