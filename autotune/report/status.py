@@ -28,7 +28,7 @@ from autotune.store.storage import open_storage
 def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> dict[str, Any]:
     """Everything the status view shows, as plain data (``--json`` prints it as is)."""
     url = storage or urls.default_storage_url(workdir or urls.DEFAULT_WORKDIR)
-    s = st.SweepStudy.load(open_storage(url, create=False), study)
+    s = st.SweepStudy.load(open_storage(url, read_only=True), study)
     attrs = s.user_attrs
     settings = attrs.get("settings") or {}
     trials = s.trials()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from optuna.storages import RDBStorage
 
@@ -28,6 +27,8 @@ from autotune.store.sqlite import (
     create_sqlite_file,
     enable_wal,
     fast_commits,
+    read_only_uri,
+    writable_problem,
 )
 from autotune.store.urls import check_storage_url, is_sqlite, missing_driver_advice, redact_url, sqlite_path
 
@@ -55,6 +56,13 @@ def open_storage(url: str, *, create: bool = True, read_only: bool = False) -> R
             )
         # Before anything writes (WAL, Optuna's tables): refuse a file that is not ours, untouched.
         check_sqlite_file(path)
+        if create and (problem := writable_problem(path)) is not None:
+            raise UsageError(
+                f"the study database {path} cannot be written: {problem}. 'autotune status' and "
+                "'autotune report' still read it; to run or resume the sweep, make it writable "
+                "(remount read-write, or chmod u+w the file and its folder), or copy the workdir "
+                "somewhere writable and pass --workdir there"
+            )
         if create:  # a reader never writes, not even the journal mode
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +133,7 @@ def _open_read_only(url: str) -> RDBStorage:
             )
         check_sqlite_file(Path(db))  # not SQLite, damaged, another program's, a newer Optuna's
         # SQLite's own read-only mode: even Optuna's start-up bookkeeping cannot write.
-        open_url = f"sqlite:///file:{quote(str(Path(db).resolve()))}?mode=ro&uri=true"
+        open_url = f"sqlite:///{read_only_uri(Path(db))}&uri=true"
         connect_args["timeout"] = 20  # a live sweep may hold the lock for a moment
     elif parsed.get_backend_name().startswith("postgres"):
         connect_args["connect_timeout"] = 20

@@ -147,7 +147,9 @@ class SweepSession:
                     self.progress.line(f"the worker on {_prefix(gpu).strip()} stopped: {exc}")
         study = scheduler.study
         if not self.concludes:  # a worker leaves the best, confirmation and report to the sweep
-            return conclude.result(study, plan.study_name, redact_url(plan.storage_url), None, stop_reason, [], self.t0)
+            return conclude.result(
+                study, plan.study_name, redact_url(plan.storage_url), None, stop_reason, [], self.t0
+            )
         return self._conclude(plan, loop, executor, stop_reason)
 
     def _open(self, plan: SweepPlan) -> tuple[Scheduler, ClaimedScheduler | None]:
