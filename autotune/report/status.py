@@ -84,10 +84,22 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
         "spent_s": s.spent_s(now),
         "baseline": _brief(base),
         "best": _brief(best),
-        "stop_reason": attrs.get("stop_reason"),
+        "stop_reason": attrs.get("stop_reason") or _unrecorded_stop(attrs),
         "ruled_out": len(attrs.get("ruled_out") or []),
         "report": str(report) if report else None,
     }
+
+
+def _unrecorded_stop(attrs: dict[str, Any]) -> str | None:
+    """A run that ended without recording why (killed, or its database write failed, as on a
+    full disk): say so, rather than nothing or an older run's reason."""
+    owner = ProcessIdentity.from_attrs(attrs.get("orchestrator") or {})
+    if "stop_reason" not in attrs or owner is None or owner.alive():
+        return None
+    return (
+        "before it finished, without recording why (it was killed, or could not write the study: "
+        "see its output); run the same command again to resume"
+    )
 
 
 def _limit_gb(settings: Any) -> float | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from optuna.storages import RDBStorage
 
-from autotune.errors import StorageError, StudyNotFoundError, UsageError
+from autotune.errors import AutotuneError, StorageError, StudyNotFoundError, UsageError
 from autotune.store import postgres
 from autotune.store.optuna_private import engine
 from autotune.store.sqlite import (
@@ -163,3 +163,45 @@ def first_line(exc: BaseException) -> str:
     """An exception as one line: its type and the first line of its message."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+#: What a database says when the disk under it is full (SQLite, PostgreSQL, an OS error).
+_DISK_FULL = ("database or disk is full", "no space left on device", "diskfull", "could not extend file")
+_READ_ONLY = ("attempt to write a readonly database", "read-only file system")
+
+
+def storage_failure(exc: BaseException, url: str) -> AutotuneError | None:
+    """The error to show for a database write that failed under a sweep because of where the
+    database lives (its disk filled up, it became read-only), or None for any other error.
+
+    Why: SQLite's and Optuna's own words ("internal error: OperationalError ... disk is full")
+    say neither that the study is intact nor what to do. The write was rolled back whole, so
+    the study holds everything recorded before it, and the trial that was running is left
+    RUNNING: the resume recognises it and runs it again.
+    """
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in seen and len(seen) < 10:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    text = " | ".join(f"{type(x).__name__}: {x}" for x in seen).lower()
+    path = sqlite_path(url)
+    where = (
+        f"the disk holding the study database {path}"
+        if path
+        else f"the database server's disk ({redact_url(url)})"
+    )
+    if any(m in text for m in _DISK_FULL) or any(getattr(x, "errno", None) == 28 for x in seen):
+        return StorageError(
+            f"{where} is full: the last write was rolled back, so the study is intact up to the trial "
+            "that was running (it was not recorded). Free some space there, then run the same command "
+            "again to resume: that trial runs again"
+        )
+    if any(m in text for m in _READ_ONLY):
+        db = str(path) if path else redact_url(url)
+        return StorageError(
+            f"the study database {db} became read-only while the sweep ran: the study is intact up to "
+            "the trial that was running. Make it writable again (remount read-write), then run the same "
+            "command again to resume"
+        )
+    return None

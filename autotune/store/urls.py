@@ -26,6 +26,21 @@ def default_storage_url(workdir: Path) -> str:
     return f"sqlite:///{(workdir.expanduser().resolve() / DB_FILE).as_posix()}"
 
 
+def check_workdir(workdir: Path) -> Path:
+    """A usage error when ``--workdir`` (or a folder above it) is a file: the sweep keeps its
+    database and one folder per trial there (a missing folder is made)."""
+    probe = workdir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        what = "is a file" if probe == workdir else f"is inside {probe}, which is a file"
+        raise UsageError(
+            f"--workdir {workdir} {what}, not a folder: the sweep keeps its study database and one "
+            "folder per trial there. Pass a folder (it is made if missing), or move the file away"
+        )
+    return workdir
+
+
 def sqlite_path(url: str) -> Path | None:
     """The database file of a ``sqlite:///`` URL (``None`` for other databases or in-memory)."""
     if not url.startswith("sqlite:///"):

@@ -35,9 +35,10 @@ from autotune.core.units import format_gb
 from autotune.errors import AutotuneError, ClaimLost, SweepInterrupted
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu
+from autotune.store import urls
 from autotune.store.identity import ProcessIdentity
-from autotune.store.storage import open_storage
-from autotune.store.study import CARD_GB_ATTR
+from autotune.store.storage import open_storage, storage_failure
+from autotune.store.study import CARD_GB_ATTR, SweepStudy
 from autotune.store.urls import redact_url
 from autotune.sweep import conclude
 from autotune.sweep.executor import TrialExecutor
@@ -93,6 +94,14 @@ class SweepSession:
         with self._signals():
             try:
                 return self._run()
+            except Exception as exc:
+                where = self.opts.storage or urls.default_storage_url(
+                    self.opts.workdir.expanduser().resolve()
+                )
+                failure = storage_failure(exc, where)
+                if failure is None:
+                    raise
+                raise failure from None
             finally:
                 self.progress.close()
 
@@ -136,8 +145,10 @@ class SweepSession:
         threads = [self._start_sibling(gpu, plan, claimed) for gpu in self.siblings] if claimed else []
         try:
             stop_reason = loop.run()
-        except BaseException:
+        except BaseException as stopped:
             self.stop.event.set()
+            if self.concludes:
+                _record_stop(scheduler.study, storage_failure(stopped, plan.storage_url) or stopped)
             raise
         finally:
             for t in threads:
@@ -180,6 +191,8 @@ class SweepSession:
             study.set_attr(
                 "baseline_params", {**plan.base_params, "gradient_accumulation_steps": plan.base_ga}
             )
+        if self.concludes:  # this run's own reason is recorded when it stops (``status``)
+            study.set_attr("stop_reason", None)
         study.set_attr("effective_batch", plan.target_effective)
         study.set_attr(CARD_GB_ATTR, plan.card.vram_gb)  # exact (the settings round it): fit constraints
         done = study.counted_trials()
@@ -257,6 +270,15 @@ class SweepSession:
         t = threading.Thread(target=run, name=f"worker-{_prefix(gpu).strip()}", daemon=True)
         t.start()
         return t
+
+
+def _record_stop(study: SweepStudy, exc: BaseException) -> None:
+    """Why this run stopped before its end, for ``autotune status`` (best effort: the database
+    may be what failed)."""
+    lines = str(exc).strip().splitlines()
+    why = lines[0] if lines else type(exc).__name__
+    with contextlib.suppress(Exception):
+        study.set_attr("stop_reason", f"stopped early: {why}"[:500])
 
 
 def _prefix(gpu: VisibleGpu) -> str:
