@@ -461,3 +461,30 @@ def test_a_workdir_that_is_a_file_is_a_usage_error_with_the_fix(tmp_path: Path) 
     line = run.stderr.strip().splitlines()[-1]
     assert line.startswith("error: --workdir") and str(workdir) in line and "not a folder" in line, line
     assert workdir.read_text() == "not a folder\n"
+
+
+@pytest.mark.process
+def test_a_study_database_put_back_from_before_is_refused_not_silently_resumed(tmp_path: Path) -> None:
+    """Old database files put back by hand (a stale journal or backup): the study holds fewer
+    trials than the sweep recorded, so the resume refuses, names the mark file and the way on."""
+    workdir = tmp_path / "runs"
+    db = workdir / "studies.db"
+    assert _run(_argv(workdir, SOAK, "--max-trials", "2"), tmp_path).returncode == 0
+    old = {p.name: p.read_bytes() for p in workdir.iterdir() if p.name.startswith("studies.db")}
+    assert _run(_argv(workdir, SOAK, "--max-trials", "4"), tmp_path).returncode == 0
+    assert len(_trials(db)) == 4
+    for p in workdir.iterdir():
+        if p.name.startswith("studies.db"):
+            p.unlink()
+    for name, data in old.items():
+        (workdir / name).write_bytes(data)
+    restored = _sha(db)
+    run = _run(_argv(workdir, SOAK, "--max-trials", "4"), tmp_path)
+    assert run.returncode == 1, run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert "rolled back" in line and "holds 2 trials" in line and ".study-generation.json" in line, run.stderr
+    assert _sha(db) == restored and len(_trials(db)) == 2  # refused before writing anything
+    (workdir / STUDY / ".study-generation.json").unlink()  # accept the database as it is
+    again = _run(_argv(workdir, SOAK, "--max-trials", "4"), tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert len(_trials(db)) == 4

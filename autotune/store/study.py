@@ -32,8 +32,8 @@ from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import Knob, to_study_value
 from autotune.errors import StorageError, StudyMismatchError, UsageError
+from autotune.store import generation, recovery
 from autotune.store import optuna_private as op
-from autotune.store import recovery
 from autotune.store.identity import ProcessIdentity
 from autotune.store.recovery import Recovered, is_interrupted
 from autotune.store.settings import UPDATED_ON_RESUME, settings_diff
@@ -127,6 +127,8 @@ class SweepStudy:
         self._trials: list[FrozenTrial] | None = None
         self._index: dict[int, int] = {}  # trial id -> position in ``_trials``
         self._read_upto = -1  # the highest trial id a read of the study returned
+        #: Where the sweep keeps its count of what it recorded (``autotune.store.generation``).
+        self.mark_folder: Path | None = None
         self._stale = False
         self._read_at = 0.0  # time.monotonic() of the last look
 
@@ -389,6 +391,8 @@ class SweepStudy:
             raise StorageError(f"trial {trial.number} of study {self.name!r} could not be finished")
         finished = self.storage.get_trial(tid)
         self._reread(tid, finished)
+        if self.mark_folder is not None and self._trials is not None:
+            generation.write_mark(self.mark_folder, generation.of_trials(self._trials))
         return finished
 
     # resume

@@ -35,7 +35,7 @@ from autotune.core.units import format_gb
 from autotune.errors import AutotuneError, ClaimLost, SweepInterrupted
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu
-from autotune.store import urls
+from autotune.store import generation, urls
 from autotune.store.identity import ProcessIdentity
 from autotune.store.storage import open_storage, storage_failure
 from autotune.store.study import CARD_GB_ATTR, SweepStudy
@@ -181,6 +181,8 @@ class SweepSession:
         else:
             scheduler = LocalScheduler.open(storage, plan)
         study = scheduler.study
+        generation.check(plan.study_dir, study.trials(), redact_url(plan.storage_url))
+        study.mark_folder = plan.study_dir
         me = ProcessIdentity.current()
         for rec in scheduler.begin(me):
             self.progress.line(
