@@ -94,3 +94,47 @@ def test_reads_and_statements_per_trial_do_not_grow_with_the_study(
     # at 60 trials as at 8.
     assert max(d["sql"] for d in large) <= max(d["sql"] for d in small) + 3, (small, large)
     assert max(d["sql"] for d in large) <= 120, large
+
+
+def test_the_fast_reader_builds_the_trials_optuna_builds(tmp_path: Path) -> None:
+    """``read_trials`` (plain SELECTs) against Optuna's own ``get_all_trials``, field by field,
+    on every kind of trial: finished, failed, running, with intermediate values and an inf."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.store import optuna_private as op
+    from autotune.store.storage import open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
+    study = optuna.create_study(storage=storage, study_name="s", direction="maximize")
+    dist = {
+        "q": CategoricalDistribution(["int8-quanto", None, True]),
+        "b": IntDistribution(1, 64, log=True),
+        "lr": FloatDistribution(1e-5, 1e-2),
+    }
+    for i, (state, value) in enumerate(
+        [(TrialState.COMPLETE, 1.5), (TrialState.FAIL, None), (TrialState.COMPLETE, float("inf"))]
+    ):
+        study.add_trial(
+            create_trial(
+                state=state, value=value, params={"q": [None, True, "int8-quanto"][i], "b": 2**i, "lr": 1e-3},
+                distributions=dist, user_attrs={"outcome": "ok", "nested": {"a": [1, None]}},
+                system_attrs={"constraints": [0.0 - i]}, intermediate_values={0: 1.0, 3: float("nan")},
+            )
+        )  # fmt: skip
+    running = study.ask(dist)
+    running.set_user_attr("pid", 7)
+    sid = storage.get_study_id_from_name("s")
+    want = storage.get_all_trials(sid, deepcopy=False)
+    got = op.read_trials(storage, sid)
+
+    def fields(t: Any) -> tuple[Any, ...]:
+        inter = {k: ("nan" if v != v else v) for k, v in t.intermediate_values.items()}
+        return (t.number, t.state, t.values, t.datetime_start, t.datetime_complete, t.params,
+                t.distributions, t.user_attrs, t.system_attrs, inter, t._trial_id)  # fmt: skip
+
+    assert [fields(t) for t in got] == [fields(t) for t in want]
+    since = op.read_trials(storage, sid, changed_ids={op.trial_id(want[0])}, after_id=op.trial_id(want[2]))
+    assert [t.number for t in since] == [0, 3]

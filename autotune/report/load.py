@@ -39,6 +39,7 @@ from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
 from autotune.report.winning import adapter_for, add_command
+from autotune.store.optuna_private import read_study_trials
 from autotune.trainers import TrainerAdapter, adapter_class
 
 
@@ -112,7 +113,7 @@ def build_report(
     baseline_number = int(baseline_number) if isinstance(baseline_number, int) else None
     fidelity: dict[str, Any] = dict(trainer_fidelity(trainer, knobs))
 
-    trials = study.get_trials(deepcopy=False)
+    trials = read_study_trials(study)
     rows = [row_from_trial(t, base, knobs, baseline_number) for t in trials]
     by_number = {r.number: r for r in rows}
     baseline = by_number.get(baseline_number) if baseline_number is not None else None

@@ -175,23 +175,118 @@ def count_trials(storage: RDBStorage, study_id: int) -> int:
 def read_trials_since(
     storage: RDBStorage, study_id: int, changed_ids: set[int], after_id: int
 ) -> list[FrozenTrial]:
-    """The trials with an id in ``changed_ids`` or above ``after_id`` (``RDBStorage._get_trials``).
+    """The trials with an id in ``changed_ids`` or above ``after_id`` (``read_trials``).
 
     Why: a sweep reads its study's trials before every decision; reading all of them made its
     own bookkeeping grow with the study (3 s per trial at 500 trials). A finished trial never
     changes, so a reader that keeps what it read needs only the trials that were unfinished
-    and those added since: this is the query Optuna's own cached storage used. If it goes, every
-    trial is read (slow, correct).
+    and those added since (the query Optuna's own cached storage used).
+    """
+    return read_trials(storage, study_id, changed_ids=changed_ids, after_id=after_id)
+
+
+def read_trials(
+    storage: RDBStorage, study_id: int, *, changed_ids: set[int] | None = None, after_id: int = -1
+) -> list[FrozenTrial]:
+    """A study's trials (or only those in ``changed_ids`` or above ``after_id``), in id order,
+    read with six plain SELECTs on Optuna's tables (``optuna.storages._rdb.models``) and built
+    the way ``RDBStorage._build_frozen_trial_from_trial_model`` builds them.
+
+    Why: ``RDBStorage.get_all_trials`` loads every row into an ORM object first: 74,000 of them
+    for a 2000-trial study, 3 s of CPU, so ``autotune status`` and ``report`` took seconds. Rows
+    read as tuples, with each distinct distribution parsed once, take a tenth of that. If the
+    models move, Optuna's own reader (slow, correct).
     """
     try:
-        getter = storage._get_trials
-    except AttributeError:  # pragma: no cover - another Optuna layout
-        return [
-            t
-            for t in storage.get_all_trials(study_id, deepcopy=False)
-            if trial_id(t) in changed_ids or trial_id(t) > after_id
-        ]
-    return list(getter(study_id, None, set(changed_ids), after_id))
+        import sqlalchemy as sa
+        from optuna import distributions as dists
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+    except ImportError:  # pragma: no cover - another Optuna layout
+        trials = storage.get_all_trials(study_id, deepcopy=False)
+        if changed_ids is None and after_id < 0:
+            return list(trials)
+        return [t for t in trials if trial_id(t) in (changed_ids or set()) or trial_id(t) > after_id]
+    T = models.TrialModel.__table__
+    where = T.c.study_id == study_id
+    if changed_ids or after_id >= 0:
+        wanted = T.c.trial_id > after_id
+        if changed_ids:
+            wanted = sa.or_(wanted, T.c.trial_id.in_(sorted(changed_ids)))
+        where = sa.and_(where, wanted)
+    ids = sa.select(T.c.trial_id).where(where).scalar_subquery()
+    with _create_scoped_session(storage.scoped_session) as session:
+        rows = session.execute(
+            sa.select(T.c.trial_id, T.c.number, T.c.state, T.c.datetime_start, T.c.datetime_complete)
+            .where(where)
+            .order_by(T.c.trial_id)
+        ).all()
+        if not rows:
+            return []
+
+        def children(model: Any, *cols: str) -> list[Any]:
+            table = model.__table__
+            return list(
+                session.execute(sa.select(*(table.c[c] for c in cols)).where(table.c.trial_id.in_(ids))).all()
+            )
+
+        params = children(models.TrialParamModel, "trial_id", "param_id", "param_name", "param_value",
+                          "distribution_json")  # fmt: skip
+        values = children(models.TrialValueModel, "trial_id", "objective", "value", "value_type")
+        user = children(models.TrialUserAttributeModel, "trial_id", "key", "value_json")
+        system = children(models.TrialSystemAttributeModel, "trial_id", "key", "value_json")
+        inter = children(models.TrialIntermediateValueModel, "trial_id", "step", "intermediate_value",
+                         "intermediate_value_type")  # fmt: skip
+    by_id: dict[int, dict[str, Any]] = {
+        r.trial_id: {"params": [], "values": {}, "user": {}, "system": {}, "inter": {}} for r in rows
+    }
+    parsed: dict[str, Any] = {}
+    for r in sorted(params, key=lambda r: r.param_id):
+        d = parsed.get(r.distribution_json)
+        if d is None:
+            d = parsed[r.distribution_json] = dists.json_to_distribution(r.distribution_json)
+        by_id[r.trial_id]["params"].append((r.param_name, d, d.to_external_repr(r.param_value)))
+    to_value = models.TrialValueModel.stored_repr_to_value
+    for r in values:
+        by_id[r.trial_id]["values"][r.objective] = to_value(r.value, r.value_type)
+    for r in user:
+        by_id[r.trial_id]["user"][r.key] = json.loads(r.value_json)
+    for r in system:
+        by_id[r.trial_id]["system"][r.key] = json.loads(r.value_json)
+    to_inter = models.TrialIntermediateValueModel.stored_repr_to_intermediate_value
+    for r in inter:
+        by_id[r.trial_id]["inter"][r.step] = to_inter(r.intermediate_value, r.intermediate_value_type)
+    out = []
+    for r in rows:
+        parts = by_id[r.trial_id]
+        vals = parts["values"]
+        out.append(
+            FrozenTrial(
+                number=r.number,
+                state=r.state,
+                value=None,
+                values=[vals[i] for i in range(len(vals))] if vals else None,
+                datetime_start=r.datetime_start,
+                datetime_complete=r.datetime_complete,
+                params={name: ext for name, _, ext in parts["params"]},
+                distributions={name: d for name, d, _ in parts["params"]},
+                user_attrs=parts["user"],
+                system_attrs=parts["system"],
+                intermediate_values=parts["inter"],
+                trial_id=r.trial_id,
+            )
+        )
+    return out
+
+
+def read_study_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """An ``optuna.Study``'s trials through ``read_trials`` when it is stored in an RDB (the
+    report's reader), else ``Study.get_trials``."""
+    storage = study_storage(study)
+    inner = getattr(storage, "_backend", storage)  # Optuna wraps an RDBStorage in a _CachedStorage
+    if not isinstance(inner, RDBStorage):
+        return study.get_trials(deepcopy=False)
+    return read_trials(inner, inner.get_study_id_from_name(study.study_name))
 
 
 def schema_versions_folder() -> Path | None:

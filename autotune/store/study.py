@@ -302,7 +302,7 @@ class SweepStudy:
         self._read_at = time.monotonic()
 
     def _read_all(self) -> None:
-        self._trials = list(self.storage.get_all_trials(self._study_id, deepcopy=False))
+        self._trials = op.read_trials(self.storage, self._study_id)
         self._index = {op.trial_id(t): i for i, t in enumerate(self._trials)}
         self._read_upto = op.trial_id(self._trials[-1]) if self._trials else -1
         self._stale = False
