@@ -9,7 +9,9 @@ with its own trial folder and log), and the sweep is resumed for ``--measure`` m
 A trial's overhead is the wall time from its start to the next trial's start, less the trainer
 subprocess's own wall time (``wall_s``): the loop's bookkeeping, the strategy's pick, the
 study reads and writes. The first two measured trials warm up and are left out; the figure is
-the median of the rest. Beside it: the orchestrator's peak RSS, and, on the largest study, the
+the median of the rest. Beside it: the orchestrator's own CPU seconds per trial (all its
+threads, not the trainer's: the figure to trust on a busy host, where wall time waits for a core),
+its peak RSS, and, on the largest study, the
 wall time of ``autotune status`` and ``autotune report`` (each a fresh process, as a user runs it).
 
 Targets: overhead <= 0.3 s per trial at 500 and at 2000 trials (flat: the ratio to trial 50's
@@ -26,6 +28,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -34,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -90,22 +93,48 @@ def _sweep(folder: Path, max_trials: int, profile: Path | None = None) -> dict[s
         knob_file=knobs, vram_gb=16, steps=3, max_batch_size=MAX_BATCH, max_trials=max_trials,
         trial_timeout_s=60, stall_timeout_s=60, hook=False,
     )  # fmt: skip
-    log = open(folder / "sweep.log", "a", encoding="utf-8")  # noqa: SIM115 - closed below
+    log = _CpuAtStarts(open(folder / "sweep.log", "a", encoding="utf-8"))  # noqa: SIM115 - closed below
     try:
         if profile is None:
-            result = run_sweep(opts, stream=log, tty=False, nvml=False)
+            result = run_sweep(opts, stream=cast(TextIO, log), tty=False, nvml=False)
         else:
             import cProfile
 
             prof = cProfile.Profile()
-            result = prof.runcall(run_sweep, opts, stream=log, tty=False, nvml=False)
+            result = prof.runcall(run_sweep, opts, stream=cast(TextIO, log), tty=False, nvml=False)
             prof.dump_stats(str(profile))
     finally:
         log.close()
+    cpu = [b - a for (_, a), (_, b) in itertools.pairwise(log.at_start)]
     return {
         "trials_run": result.trials_run,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "cpu": cpu,
     }
+
+
+class _CpuAtStarts:
+    """The sweep's progress stream: the orchestrator's CPU seconds (all its threads, not the
+    trainer's) at every "trial N started" line, so the per-trial cost can be read on a busy host."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.at_start: list[tuple[int, float]] = []
+
+    def write(self, s: str) -> int:
+        m = re.match(r"trial (\d+) started", s)
+        if m:
+            self.at_start.append((int(m.group(1)), time.process_time()))
+        return int(self.out.write(s))
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.out.close()
 
 
 def _prefill(folder: Path, total: int) -> None:
@@ -205,12 +234,14 @@ def one_size(size: int, measure: int, keep: Path | None, profile: Path | None) -
         prefill_s = time.monotonic() - t0
         figures = _sweep(folder, size + measure, profile)
         over = _overheads(folder, size)[2:]  # two warm-up trials left out
+        cpu = figures["cpu"][2:]
         row: dict[str, Any] = {
             "size": size,
             "prefill_s": round(prefill_s, 1),
             "overhead_s": round(statistics.median(over), 3) if over else None,
             "overhead_max_s": round(max(over), 3) if over else None,
             "measured": len(over),
+            "cpu_s": round(statistics.median(cpu), 3) if cpu else None,
             "rss_mb": round(figures["rss_mb"], 1),
         }
         runs = folder / "runs"
@@ -264,14 +295,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  size {size}: {rows[-1]}", file=sys.stderr, flush=True)
     first = rows[0]["overhead_s"] or 0.0
     print(
-        f"{'trials':>7} {'overhead s/trial':>17} {'max':>6} {'x first':>8} {'RSS MB':>7} {'status s':>9} {'report s':>9}"
+        f"{'trials':>7} {'overhead s/trial':>17} {'max':>6} {'x first':>8} {'CPU s/trial':>12} {'RSS MB':>7} "
+        f"{'status s':>9} {'report s':>9}"
     )
     for r in rows:
         ratio = (r["overhead_s"] / first) if first else float("nan")
         print(
-            f"{r['size']:>7} {r['overhead_s']:>17.3f} {r['overhead_max_s']:>6.2f} {ratio:>8.2f} "
+            f"{r['size']:>7} {r['overhead_s']:>17.3f} {r['overhead_max_s']:>6.2f} {ratio:>8.2f} {r['cpu_s']:>12.3f} "
             f"{r['rss_mb']:>7.1f} {r['status_s']:>9.2f} {r['report_s']:>9.2f}"
         )
+    print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     ok = all(r["overhead_s"] <= TARGET_OVERHEAD_S for r in rows)
     big = max(rows, key=lambda r: r["size"])
     ok = ok and big["status_s"] < TARGET_READ_S and big["report_s"] < TARGET_READ_S
