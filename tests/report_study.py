@@ -21,8 +21,7 @@ from sqlalchemy import event
 from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
-from autotune.execution.launch import LaunchSpec
-from autotune.trainers.base import Baseline, Params, TrainerAdapter
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 
 TEST_TRAINER = "yaml-test"
 
@@ -58,8 +57,10 @@ class YamlTestAdapter(TrainerAdapter):
 
     name: ClassVar[str] = TEST_TRAINER
     knob_file: ClassVar[str] = "yaml-test.yaml"
-    tiered: ClassVar[bool] = True  # LTX-2-style: its reports name the card's tier
-    longer_input: ClassVar[str] = "a longer clip in the data"
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        tiered=True,  # LTX-2-style: its reports name the card's tier
+        longer_input="a longer clip in the data",
+    )
 
     def load_baseline(self, config: Path | None) -> Baseline:
         assert config is not None
@@ -73,7 +74,7 @@ class YamlTestAdapter(TrainerAdapter):
         out["gradient_accumulation_steps"] = doc.get("optimization.gradient_accumulation_steps")
         return out
 
-    def render(
+    def write_trial(
         self,
         baseline: Baseline,
         params: Params,
@@ -81,7 +82,7 @@ class YamlTestAdapter(TrainerAdapter):
         gradient_accumulation_steps: int,
         steps: int,
         trial_dir: Path,
-    ) -> LaunchSpec:
+    ) -> TrialLaunch:
         raise NotImplementedError("reports never render trials")
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:

@@ -45,8 +45,8 @@ from autotune.sweep.measure import summary
 from autotune.sweep.options import SweepOptions
 from autotune.sweep.setup import Card, plan_sweep
 from autotune.trainers import get_adapter
-from autotune.trainers.common import merge_metrics
-from autotune.trainers.readers.hftrainer import read_hf_trainer
+from autotune.trainers.kit.common import merge_metrics
+from autotune.trainers.kit.readers.hftrainer import read_hf_trainer
 from tests.conftest import FAKES, REPO
 from tests.fake_nvml import FakeNvml
 from tests.test_readers_printed import HF, SANA

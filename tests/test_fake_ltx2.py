@@ -16,7 +16,7 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.trainers import get_adapter
-from autotune.trainers.ltx2 import Ltx2Adapter, short_run_recipe
+from autotune.trainers.ltx2.adapter import Ltx2Adapter, short_run_recipe
 from tests.conftest import FAKES
 
 FAKE = FAKES / "ltx2-trainer"

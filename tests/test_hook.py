@@ -135,7 +135,7 @@ def test_losses_are_the_scalars_backward_saw(tmp_path: Path) -> None:
 
 def test_a_diverging_loss_is_recorded_non_finite_and_read_as_nan(tmp_path: Path) -> None:
     from autotune.core.outcome import Outcome, classify
-    from autotune.trainers.readers.hookfile import read_hook_file
+    from autotune.trainers.kit.readers.hookfile import read_hook_file
 
     proc, hook_file = run_hooked(tmp_path, "6", "--lr", "1e9", "--optimizer", "sgd")
     assert proc.returncode == 0, proc.stderr

@@ -15,8 +15,8 @@ from autotune.sweep.options import SweepOptions, options_from_attr, options_to_a
 from autotune.sweep.setup import emulation_note, pick_card
 from autotune.trainers import adapter_class, adapter_names, get_adapter
 from autotune.trainers.base import Baseline
-from autotune.trainers.common import hook_dir
-from autotune.trainers.readers.hookfile import read_hook_file
+from autotune.trainers.kit.common import hook_dir
+from autotune.trainers.kit.readers.hookfile import read_hook_file
 from tests.conftest import FAKES
 from tests.fake_nvml import FakeNvml
 
@@ -25,7 +25,7 @@ HOOK = str(hook_dir())
 
 
 def test_every_pytorch_trainer_takes_the_hook_and_has_it_on_by_default() -> None:
-    assert [n for n in adapter_names() if adapter_class(n).takes_hook] == adapter_names()
+    assert [n for n in adapter_names() if adapter_class(n).traits.takes_hook] == adapter_names()
     assert get_adapter("command", template="python t.py").hook
     assert get_adapter("sana").hook and get_adapter("reference").hook
     assert not get_adapter("command", template="python t.py", hook=False).hook

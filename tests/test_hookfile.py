@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from autotune.core.timing import steady_state, warmup_count
-from autotune.trainers.readers.hookfile import read_hook_file
-from autotune.trainers.readers.metricsfile import read_metrics_file
+from autotune.trainers.kit.readers.hookfile import read_hook_file
+from autotune.trainers.kit.readers.metricsfile import read_metrics_file
 
 
 def _step(n: int, t: float, reserved: float | None = 3.0, **extra: object) -> str:

@@ -402,7 +402,7 @@ def test_a_bad_trainer_python_is_refused_before_any_trial(
 def test_trainer_python_goes_with_python_trainers_only(tmp_path: Path) -> None:
     python = _venv_python(tmp_path)
     args = build_parser().parse_args(["sweep", "--cmd", "python t.py", "--trainer-python", str(python)])
-    takers = " or ".join(n for n in adapter_names() if adapter_class(n).takes_trainer_python)
+    takers = " or ".join(n for n in adapter_names() if adapter_class(n).traits.takes_trainer_python)
     assert takers == "ai-toolkit or diffusion-pipe or ltx2 or musubi or reference or sana"
     with pytest.raises(UsageError, match=f"--trainer-python goes with --trainer {takers}, not command"):
         sweep_options(args)

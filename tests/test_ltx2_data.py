@@ -1,5 +1,5 @@
 """Samples and data folders as the LTX-2 trainer counts them (datasets.py:116-232 and the
-strategies' ``get_data_sources``; see ``autotune/trainers/ltx2_data.py``)."""
+strategies' ``get_data_sources``; see ``autotune/trainers/ltx2/data.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from autotune.core.yamltext import load_yaml
-from autotune.trainers.ltx2_data import count_samples, data_sources
+from autotune.trainers.ltx2.data import count_samples, data_sources
 
 
 def _touch(root: Path, *names: str) -> None:

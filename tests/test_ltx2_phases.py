@@ -17,8 +17,8 @@ import pytest
 from autotune.cli import main
 from autotune.core.metrics import TrialMetrics
 from autotune.trainers import get_adapter
-from autotune.trainers.ltx2 import Ltx2Adapter, trial_recipe
-from autotune.trainers.readers.phases import SAVE, TRAINING, VALIDATION, read_phase_peaks, without_step
+from autotune.trainers.kit.readers.phases import SAVE, TRAINING, VALIDATION, read_phase_peaks, without_step
+from autotune.trainers.ltx2.adapter import Ltx2Adapter, trial_recipe
 from tests.conftest import FAKES
 
 FAKE = FAKES / "ltx2-trainer"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from autotune.trainers import get_adapter
-from autotune.trainers.ltx2_latents import LatentShape, latent_shape
-from autotune.trainers.ltx2_view import VIEW_DIR, build_view, read_buckets
+from autotune.trainers.ltx2.latents import LatentShape, latent_shape
+from autotune.trainers.ltx2.view import VIEW_DIR, build_view, read_buckets
 from tests.conftest import FAKES
 
 pytestmark = pytest.mark.torch
@@ -58,7 +58,7 @@ def test_shapes_are_read_without_torch_and_foreign_code_is_refused(tmp_path: Pat
     with zipfile.ZipFile(evil, "w") as z:  # a torch.save-like zip whose pickle calls os.system
         z.writestr("evil/data.pkl", pickle.dumps(_Evil(tmp_path / "pwned")))
     code = (
-        "import sys; from pathlib import Path; from autotune.trainers.ltx2_latents import latent_shape\n"
+        "import sys; from pathlib import Path; from autotune.trainers.ltx2.latents import latent_shape\n"
         f"print([latent_shape(Path(p)) for p in {[str(tmp_path / n) for n in ('new.pt', 'legacy.pt', 'evil.pt')]!r}])\n"
         "print('torch' in sys.modules)\n"
     )
@@ -114,7 +114,7 @@ def test_a_bucket_smaller_than_the_batch_is_linked_again_to_fill_it(tmp_path: Pa
         (root / "latents" / "latent_2.pt").resolve()
     }
     assert "1 sample(s) linked 4 times" in view.describe()
-    from autotune.trainers.ltx2_data import count_samples
+    from autotune.trainers.ltx2.data import count_samples
 
     assert count_samples(tmp_path / "view", ["latents", "conditions"]) == 4  # the trainer sees a full batch
 

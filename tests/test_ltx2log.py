@@ -12,7 +12,7 @@ import pytest
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import WARMUP_STEPS
-from autotune.trainers.readers.ltx2log import (
+from autotune.trainers.kit.readers.ltx2log import (
     MIN_STEPS_FOR_STEP_LINES,
     STEP_LINE_EVERY,
     Ltx2Log,
@@ -169,7 +169,7 @@ def test_without_statistics_metrics_use_trainer_figures_where_present() -> None:
     assert metrics.samples_per_s == 0.43 and metrics.steps_per_s == 0.43
     assert metrics.trainer_peak_vram_gb == 45.68
     assert metrics.trainer_peak_device_wide  # nvidia-smi memory.used of the card: information only
-    from autotune.trainers.common import merge_metrics
+    from autotune.trainers.kit.common import merge_metrics
 
     hook = TrialMetrics(step_time_s=1.0, measured_peak_vram_gb=40.0, source="hook")
     merged = merge_metrics(hook, metrics)

@@ -1,4 +1,4 @@
-"""The printed-format readers (``autotune/trainers/readers``: hftrainer, iterlog, tqdmbar, chain)
+"""The printed-format readers (``autotune/trainers/kit/readers``: hftrainer, iterlog, tqdmbar, chain)
 on real outputs in ``../shared/fixtures`` and on lines written from the trainers' own source."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import pytest
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome, explain
-from autotune.trainers.common import merge_metrics
-from autotune.trainers.readers.chain import printed_readings
-from autotune.trainers.readers.hftrainer import read_hf_trainer
-from autotune.trainers.readers.hookfile import read_hook_file
-from autotune.trainers.readers.iterlog import read_iter_lines
-from autotune.trainers.readers.tqdmbar import parse_bars, read_lightning, read_tqdm, training_bar
+from autotune.trainers.kit.common import merge_metrics
+from autotune.trainers.kit.readers.chain import printed_readings
+from autotune.trainers.kit.readers.hftrainer import read_hf_trainer
+from autotune.trainers.kit.readers.hookfile import read_hook_file
+from autotune.trainers.kit.readers.iterlog import read_iter_lines
+from autotune.trainers.kit.readers.tqdmbar import parse_bars, read_lightning, read_tqdm, training_bar
 from autotune.trainers.registry import get_adapter
-from autotune.trainers.sana import parse_tqdm
+from autotune.trainers.sana.adapter import parse_tqdm
 from tests.conftest import REPO
 
 
@@ -390,6 +390,6 @@ def test_sana_real_runs_credit_the_samples_really_stepped(
     ],
 )
 def test_real_batch_from_the_running_training_block(text: str, asked: int, real: float) -> None:
-    from autotune.trainers.readers.runblock import real_batch
+    from autotune.trainers.kit.readers.runblock import real_batch
 
     assert real_batch(text, asked) == pytest.approx(real)

@@ -22,7 +22,7 @@ from ruamel.yaml import YAML
 from autotune.config.schema import ANY, BY, DEFAULT, find_unknown_keys, load_schema
 from autotune.core.space import to_study_value
 from autotune.trainers import get_adapter
-from autotune.trainers.ltx2 import OPTIMIZERS, QUANTIZATIONS, Ltx2Adapter
+from autotune.trainers.ltx2.adapter import OPTIMIZERS, QUANTIZATIONS, Ltx2Adapter
 from tests.conftest import FAKES
 
 jsonschema = pytest.importorskip("jsonschema")

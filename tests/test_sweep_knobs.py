@@ -22,7 +22,7 @@ from autotune.sweep.api import run_sweep
 from autotune.sweep.options import OPTIONS_ATTR, SweepOptions
 from autotune.trainers import registry
 from autotune.trainers.base import Baseline
-from autotune.trainers.command import CommandAdapter
+from autotune.trainers.command.adapter import CommandAdapter
 from tests.conftest import FAKES, REPO
 
 SCRIPT = f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'knob_script.py'))}"

@@ -24,9 +24,9 @@ from autotune.core.outcome import Outcome, classify
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.runner import RunLimits, run_trial
 from autotune.trainers import get_adapter
-from autotune.trainers.aitoolkit import AiToolkitAdapter
+from autotune.trainers.aitoolkit.adapter import AiToolkitAdapter
 from autotune.trainers.base import Baseline
-from autotune.trainers.readers.aitklog import read_aitk_output
+from autotune.trainers.kit.readers.aitklog import read_aitk_output
 from tests.conftest import FAKES
 
 FAKE = FAKES / "ai-toolkit"

@@ -17,9 +17,10 @@ from autotune.config.tomledit import TomlConfig, load_toml_data
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.trainers import get_adapter
 from autotune.trainers.base import Baseline
-from autotune.trainers.dpipe import DiffusionPipeAdapter
-from autotune.trainers.dpipe_data import Bucket, keep_largest_bucket, largest_bucket
-from autotune.trainers.readers.dslog import read_deepspeed_steps
+from autotune.trainers.dpipe.adapter import DiffusionPipeAdapter
+from autotune.trainers.dpipe.data import keep_largest_bucket, largest_bucket
+from autotune.trainers.kit.bucket import Bucket
+from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
 from tests.conftest import FAKES
 
 FAKE_DIR = FAKES / "diffusion-pipe"

@@ -19,9 +19,9 @@ import pytest
 from autotune.core.outcome import Outcome, classify
 from autotune.errors import CandidateRefused, ConfigError
 from autotune.trainers import get_adapter
-from autotune.trainers.musubi import MusubiAdapter
-from autotune.trainers.musubi_data import bucket_size, parse_cache_name
-from autotune.trainers.readers.tqdmbar import parse_bars, read_tqdm_cumulative
+from autotune.trainers.kit.readers.tqdmbar import parse_bars, read_tqdm_cumulative
+from autotune.trainers.musubi.adapter import MusubiAdapter
+from autotune.trainers.musubi.data import bucket_size, parse_cache_name
 from tests.musubi_setup import FAKE_MUSUBI, make_setup
 
 FAKE_SCRIPT = FAKE_MUSUBI / "src" / "musubi_tuner" / "wan_train_network.py"

@@ -13,14 +13,8 @@ import pytest
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers import get_adapter
-from autotune.trainers.sana import (
-    SanaAdapter,
-    drop_value_flag,
-    flag_value,
-    parse_tqdm,
-    set_bool_flag,
-    set_value_flag,
-)
+from autotune.trainers.kit.argv import drop_value_flag, flag_value, set_bool_flag, set_value_flag
+from autotune.trainers.sana.adapter import SanaAdapter, parse_tqdm
 from tests.conftest import FAKES
 
 REPO = Path(__file__).resolve().parent.parent

@@ -80,3 +80,31 @@ def fraction(text: str) -> float:
             f"--headroom must be at least 0 and below 1 (a fraction of the card kept free); got {text!r}"
         )
     return value
+
+
+class TrainerFlag(argparse.Action):
+    """``--trainer NAME``: stores the name; its help lists the registry's trainers, one line each
+    (``plans``: only those ``autotune plan`` knows), built when the help is shown."""
+
+    def __init__(self, *args: object, plans: bool = False, **kwargs: object) -> None:
+        self._plans = plans
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def help(self) -> str:
+        from autotune.trainers.registry import trainer_help
+
+        return f"{self._head}. One of: {trainer_help(plans=self._plans)}".replace("%", "%%")
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        self._head = value or "the trainer"
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option: object = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from autotune.cli.base import EXIT_OK, positive_int, vram_gb
+from autotune.cli.base import EXIT_OK, TrainerFlag, positive_int, vram_gb
 
 # --- probe -------------------------------------------------------------------------------------
 
@@ -62,7 +62,10 @@ def add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--trainer",
         default="ltx2",
-        help="whose baselines to plan from: ltx2 (default) or reference (the built-in reference trainer)",
+        action=TrainerFlag,
+        plans=True,
+        metavar="NAME",
+        help="whose baselines to plan from (default: ltx2)",
     )
     p.add_argument(
         "--trainer-dir",

@@ -12,7 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autotune.cli.base import EXIT_INTERRUPTED, EXIT_OK, duration, fraction, gb_amount, positive_int, vram_gb
+from autotune.cli.base import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    TrainerFlag,
+    duration,
+    fraction,
+    gb_amount,
+    positive_int,
+    vram_gb,
+)
 from autotune.errors import UsageError
 
 
@@ -57,8 +66,9 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--trainer",
-        help="the trainer to sweep: ltx2, sana, command or reference (default: reference, the demo; "
-        "command when --cmd is given)",
+        action=TrainerFlag,
+        metavar="NAME",
+        help="the trainer to sweep (default: reference, the demo; command when --cmd is given)",
     )
     p.add_argument(
         "--config",
@@ -229,13 +239,12 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
 
 def sweep_options(args: argparse.Namespace) -> Any:
     from autotune.sweep.options import SweepOptions
-    from autotune.trainers import adapter_class, adapter_names
+    from autotune.trainers import adapter_class, adapter_names, registry
 
-    templated = [name for name in adapter_names() if adapter_class(name).takes_template]
-    trainer = args.trainer or (templated[0] if args.cmd else None)
-    if args.cmd and trainer not in templated:
+    trainer = args.trainer or (registry.CMD_TRAINER if args.cmd else None)
+    if args.cmd and (trainer not in adapter_names() or not adapter_class(trainer).traits.takes_template):
         raise UsageError(
-            f"--cmd goes with --trainer {templated[0]}, not --trainer {trainer}; drop one of them"
+            f"--cmd goes with --trainer {registry.CMD_TRAINER}, not --trainer {trainer}; drop one of them"
         )
     options: dict[str, Any] = {}
     if args.trainer_dir is not None:
@@ -279,8 +288,8 @@ def no_trial_validation(trainer: str | None) -> bool:
     """``--no-validation-in-trials``: only for a trainer whose trials run a validation pass."""
     from autotune.trainers import adapter_class, adapter_names
 
-    takes = [n for n in adapter_names() if getattr(adapter_class(n), "validates_in_trials", False)]
-    if trainer not in takes:
+    if trainer not in adapter_names() or not adapter_class(trainer).traits.validates_in_trials:
+        takes = [n for n in adapter_names() if adapter_class(n).traits.validates_in_trials]
         raise UsageError(
             f"--no-validation-in-trials goes with --trainer {' or '.join(takes)}: the trials of "
             f"--trainer {trainer or 'reference'} run no validation pass to skip"
@@ -294,8 +303,8 @@ def trainer_python(path: Path, trainer: str | None) -> str:
     from autotune.execution.launch import check_program
     from autotune.trainers import adapter_class, adapter_names
 
-    takes = [name for name in adapter_names() if adapter_class(name).takes_trainer_python]
-    if trainer not in takes:
+    if trainer not in adapter_names() or not adapter_class(trainer).traits.takes_trainer_python:
+        takes = [name for name in adapter_names() if adapter_class(name).traits.takes_trainer_python]
         raise UsageError(
             f"--trainer-python goes with --trainer {' or '.join(takes)}"
             + (f", not {trainer}" if trainer else "")

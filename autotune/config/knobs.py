@@ -23,10 +23,11 @@ _ANY_BATCH = 1 << 20
 
 
 def knob_path(name: str) -> Path:
-    """The shipped knob file ``name`` (an adapter's ``knob_file``, like ``ltx2.yaml``)."""
+    """The shipped knob file ``name`` (an adapter's ``knob_file``, like ``ltx2.yaml``); an absolute
+    path is taken as it is (a trainer that ships outside autotune keeps its knob file beside it)."""
     from configs import config_file
 
-    path = Path(str(config_file("knobs", name)))
+    path = Path(name) if Path(name).is_absolute() else Path(str(config_file("knobs", name)))
     if not path.is_file():
         raise ConfigError(f"the knob file {path} is missing; reinstall autotune")
     return path

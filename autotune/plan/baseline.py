@@ -262,10 +262,14 @@ def make_plan(
         return plan
     text = _read(source_path)
     plan.source_text = text
-    check_keys(text, str(source_path), extra_sections=adapter.config_sections, trainer=adapter.label)
+    check_keys(
+        text, str(source_path), extra_sections=adapter.traits.config_sections, trainer=adapter.traits.label
+    )
     rt = RoundTripConfig.from_text(text, str(source_path))
     given = {"model": model, "text_encoder": text_encoder, "data": data, "output_dir": output_dir}
-    paths = patch_paths(rt, given, cwd, package=package_dir, loads_model_paths=adapter.loads_model_paths)
+    paths = patch_paths(
+        rt, given, cwd, package=package_dir, loads_model_paths=adapter.traits.loads_model_paths
+    )
     plan.patched.update(paths.patched)
     plan.unset_paths.extend(paths.unset)
     plan.warnings.extend(paths.warnings)
@@ -297,7 +301,7 @@ def write_plan(plan: Plan) -> Path:
 
 def _check_trainer(trainer: str) -> type[TrainerAdapter]:
     """The adapter class of a trainer whose baselines ``plan`` knows (``plan_baselines``)."""
-    planned = [name for name in adapter_names() if adapter_class(name).plan_baselines]
+    planned = [name for name in adapter_names() if adapter_class(name).traits.plan_baselines]
     if trainer in planned:
         return adapter_class(trainer)
     if trainer in adapter_names():
@@ -363,8 +367,8 @@ def _batch_and_launch(plan: Plan, rt: RoundTripConfig, adapter: type[TrainerAdap
     n = plan.num_gpus
     plan.batch_size, plan.target_effective_batch = bs, bs * ga
     full = rt.get("model.training_mode") == "full"
-    if adapter.single_device and n > 1:
-        plan.warnings.append(f"{adapter.label} runs on one device; planning 1 GPU, not {n}")
+    if adapter.traits.single_device and n > 1:
+        plan.warnings.append(f"{adapter.traits.label} runs on one device; planning 1 GPU, not {n}")
         n = plan.num_gpus = 1
     if n > 1:
         if ga % n == 0:

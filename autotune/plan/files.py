@@ -2,7 +2,7 @@
 
 The tier's baseline is read from the user's trainer checkout (``--trainer-dir``), or
 from autotune's own ``configs/`` for a trainer whose baselines ship with it
-(``TrainerAdapter.bundled_baselines``), or from a YAML file named with ``--config``.
+(``TrainerAdapter.traits.bundled_baselines``), or from a YAML file named with ``--config``.
 The four paths (model, text encoder, preprocessed data, output dir) are made
 absolute and checked before anything is written: a sweep should not find out an
 hour in that the data folder was mistyped.
@@ -19,7 +19,7 @@ from autotune.config.yamlconf import RoundTripConfig
 from autotune.errors import AutotuneError, UsageError
 from autotune.gpu.tiers import TierInfo
 from autotune.trainers import TrainerAdapter
-from autotune.trainers.ltx2_data import data_sources
+from autotune.trainers.ltx2.data import data_sources
 
 #: Where the LTX-2 trainer package sits inside the LTX-2 repository.
 LTX2_PACKAGE = Path("packages") / "ltx-trainer"
@@ -71,10 +71,10 @@ def locate_config(
                 f"--config {config}: no such file ({path}); check the path, or name a shipped config "
                 "without a folder (like --config t2v_lora)"
             )
-        reads_checkout = adapter.bundled_baselines is None
+        reads_checkout = adapter.traits.bundled_baselines is None
         package = package_dir(trainer_dir, cwd) if reads_checkout and trainer_dir else None
         return package, path
-    if adapter.bundled_baselines is not None:
+    if adapter.traits.bundled_baselines is not None:
         return None, _bundled(adapter, trainer_dir, config, tier, warnings)
     if trainer_dir is None:
         warnings.append(
@@ -110,7 +110,7 @@ def _bundled(
     """The baseline that ships with autotune under ``configs/<bundled_baselines>/``."""
     from configs import config_file
 
-    trainer, folder = adapter.name, adapter.bundled_baselines
+    trainer, folder = adapter.name, adapter.traits.bundled_baselines
     if trainer_dir is not None:
         warnings.append(f"--trainer-dir is ignored for the built-in {trainer} trainer")
     name = yaml_name(config) if config else tier.baseline_file(trainer)
@@ -121,7 +121,7 @@ def _bundled(
     if not path.is_file():
         shipped = sorted(p.name for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
         raise AutotuneError(
-            f"{adapter.label}'s baseline configs/{name} is not in this installation"
+            f"{adapter.traits.label}'s baseline configs/{name} is not in this installation"
             + (f" (it has: {', '.join(shipped)})" if shipped else f" (configs/{folder}/ is missing)")
             + f"; it ships with the built-in {trainer} trainer: update autotune, or plan with --trainer ltx2"
         )

@@ -306,7 +306,7 @@ def _optuna_differs(report: Report, best: TrialRow, beaten: TrialRow | None) -> 
 def _adapter_notes(report: Report) -> list[str]:
     """What the sweep's trainer wants every reader of a winner to know (its ``report_notes``)."""
     try:
-        return list(adapter_for(report).report_notes)
+        return list(adapter_for(report).traits.report_notes)
     except AutotuneError:
         return []
 
@@ -317,14 +317,14 @@ def _tiered(trainer: str) -> bool:
         cls = adapter_class(trainer)
     except AutotuneError:
         return True  # a trainer this version does not know: show what the study recorded
-    return cls.tiered
+    return cls.traits.tiered
 
 
 def _longer_input(trainer: str) -> str:
     try:
-        return adapter_class(trainer).longer_input
+        return adapter_class(trainer).traits.longer_input
     except AutotuneError:
-        return TrainerAdapter.longer_input
+        return TrainerAdapter.traits.longer_input
 
 
 def _number(value: Any) -> float | None:

@@ -2,7 +2,7 @@
 
 Read from each trial's folder, never from the study: the trial record ``render`` wrote (the
 optimizer step the validation pass followed, the bucket of the data view) and the hook's events
-(``autotune.trainers.readers.phases``).
+(``autotune.trainers.kit.readers.phases``).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from autotune.report.model import Report, TrialRow
-from autotune.trainers.common import read_trial_record
-from autotune.trainers.readers.hookfile import HOOK_FILE_NAME
-from autotune.trainers.readers.phases import read_phase_peaks
+from autotune.trainers.kit.common import read_trial_record
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME
+from autotune.trainers.kit.readers.phases import read_phase_peaks
 
 #: Replaces the short-run warning when the trials ran the validation pass and the save.
 PHASES_EXERCISED = (

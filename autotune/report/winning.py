@@ -47,7 +47,7 @@ def adapter_for(report: Report) -> TrainerAdapter:
 
 def config_suffix(adapter: TrainerAdapter) -> str:
     """The winning config's file suffix: the trainer's own format (the adapter says which)."""
-    return adapter.config_suffix
+    return adapter.traits.config_suffix
 
 
 def add_command(

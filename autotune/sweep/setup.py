@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from optuna.distributions import BaseDistribution
 
-from autotune.config.knobs import knob_path as knob_file_path
 from autotune.config.knobs import read_knob_file
 from autotune.core.knobflag import FLAG, DeclaredKnob, parse_knobs
 from autotune.core.space import Candidate, Space, normalize_value, same_param
@@ -134,7 +133,9 @@ def plan_sweep(
     declared = declared_knobs(opts)
     if declared:
         options["knobs"] = [k.name for k in declared]
-    hook = {"hook": opts.hook} if adapter_class(opts.trainer).takes_hook and "hook" not in options else {}
+    hook = (
+        {"hook": opts.hook} if adapter_class(opts.trainer).traits.takes_hook and "hook" not in options else {}
+    )
     adapter = get_adapter(opts.trainer, **options, **hook)
     baseline = adapter.load_baseline(opts.config)
     nvml, nvml_error = open_nvml_for(nvml_arg)
@@ -156,7 +157,7 @@ def plan_sweep(
         max_bs = min(max_bs, max(1, target_effective // num_gpus))
     max_bs = max(max_bs, int(base_params.get("batch_size", 1)))
 
-    knob_path = opts.knob_file or knob_file_path(adapter.knob_file)
+    knob_path = opts.knob_file or adapter.knob_path()
     knob_data = read_knob_file(knob_path)
     full = Space.from_mapping(
         knob_data,
@@ -257,7 +258,7 @@ def declared_knobs(opts: SweepOptions) -> list[DeclaredKnob]:
     from autotune.trainers import adapter_class
 
     declared = parse_knobs(opts.knobs)
-    if not adapter_class(opts.trainer).takes_template:
+    if not adapter_class(opts.trainer).traits.takes_template:
         raise UsageError(
             f"{FLAG} declares a knob of a trainer run through --cmd; trainer {opts.trainer!r} has its own "
             f"knob set. Drop {FLAG}, or sweep through --cmd 'python train.py ... {{{declared[0].name}}}'"
@@ -296,7 +297,7 @@ def space_in_play(
     clash = [k.name for k in declared if k.name in full.names]
     if clash:
         raise UsageError(
-            f"{FLAG} {clash[0]}: {adapter.label} already has a knob of that name (its knobs: "
+            f"{FLAG} {clash[0]}: {adapter.traits.label} already has a knob of that name (its knobs: "
             f"{', '.join(full.names)}); give your knob another name"
         )
     names = [*full.names, *(k.name for k in declared)]
@@ -374,7 +375,11 @@ def _card(opts: SweepOptions, adapter: TrainerAdapter, baseline: Baseline, nvml:
 def emulation_note(adapter: TrainerAdapter, gb: float, gpus: Sequence[tuple[int, str, int]]) -> str:
     """How a ``gb`` card is emulated for this adapter's trials, in one sentence (or why it is not)."""
     who = (
-        adapter.label if adapter.emulates_vram else "the trial-side hook" if adapter.emulates_card() else None
+        adapter.traits.label
+        if adapter.traits.emulates_vram
+        else "the trial-side hook"
+        if adapter.emulates_card()
+        else None
     )
     card = f"{format_gb(gb)} card"
     if gpus:
@@ -403,12 +408,12 @@ def emulation_note(adapter: TrainerAdapter, gb: float, gpus: Sequence[tuple[int,
 
 def gate(opts: SweepOptions, adapter: TrainerAdapter, card: Card) -> None:
     """A trainer that needs 32 GB (the LTX-2 trainer): below that, refuse unless --force."""
-    if not adapter.needs_tier_gate or card.tier != "below-32GB" or opts.force:
+    if not adapter.traits.needs_tier_gate or card.tier != "below-32GB" or opts.force:
         return
     from autotune.errors import UnsupportedCardError
 
     raise UnsupportedCardError(
-        f"{card.name} has {card.vram_gb:.1f} GB: {adapter.label} requires a 32 GB card and no tested "
+        f"{card.name} has {card.vram_gb:.1f} GB: {adapter.traits.label} requires a 32 GB card and no tested "
         "config exists below it. Options: a larger card, --vram-gb N to plan for one, or --force to "
         "try the low-VRAM config at your own risk"
     )

@@ -21,7 +21,7 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
 - Adapters whose trials run PyTorch (``takes_hook``) take the ``hook`` option (default on): the
   trial-side hook (``trials/hook``) goes first on the trial's ``PYTHONPATH`` and, with ``--vram-gb``,
   emulates that card (``hook_vram_gb``).
-- The hooks (class attributes such as ``needs_tier_gate``, and ``emulated_vram_gb``,
+- ``traits`` (one ``TrainerTraits``: ``needs_tier_gate``, ``label``...) and the hooks (``emulated_vram_gb``,
   ``with_emulated_vram``, ``launch_argv``) answer what the sweep, the plan, the CLI and the
   report need to know about a trainer: nothing outside ``trainers/`` tests a trainer's name.
 """
@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import UsageError
 from autotune.execution.launch import LaunchSpec
+from autotune.trainers.kit.common import check_positive_int, hook_env, metrics_env, write_trial_record
 
 Params = Mapping[str, Any]
 
@@ -60,6 +61,68 @@ class Baseline:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TrainerTraits:
+    """What the sweep, the plan, the CLI and the report need to know about a trainer, answered
+    without making an adapter (``adapter_class(name).traits``): one value per adapter class."""
+
+    #: How messages name the trainer ("the LTX-2 trainer").
+    label: str = "the trainer"
+    #: The trainer runs a command template (``--cmd``); ``--cmd`` with any other trainer is a usage error.
+    takes_template: bool = False
+    #: ``autotune plan`` knows this trainer's baseline config per VRAM tier (``configs/tiers.yaml`` names
+    #: the files); the others sweep the user's own ``--config``.
+    plan_baselines: bool = False
+    #: The folder under ``configs/`` where this trainer's tier baselines ship with autotune; ``None``:
+    #: they are read from the user's trainer checkout (``--trainer-dir``).
+    bundled_baselines: str | None = None
+    #: Top-level sections this trainer's config holds beyond the LTX-2 schema (not unknown keys).
+    config_sections: tuple[str, ...] = ()
+    #: The trainer loads its model, text encoder and data from the config's paths, so a plan warns
+    #: about each one still as shipped.
+    loads_model_paths: bool = False
+    #: One training run uses one device: a plan for several GPUs plans one.
+    single_device: bool = False
+    #: The trainer refuses a card in a tier the tier table marks unsupported (below 32 GB), so the
+    #: sweep refuses such a card too unless ``--force``.
+    needs_tier_gate: bool = False
+    #: The trainer enforces an emulated card size itself (on CPU, or capped on a larger GPU): with
+    #: ``--vram-gb N`` the card is one it emulates (``with_emulated_vram``), not one it needs.
+    emulates_vram: bool = False
+    #: The trials run PyTorch, so the trial-side hook can be injected (the ``hook`` option, default on).
+    takes_hook: bool = False
+    #: The trainer's configs come in VRAM tiers (``configs/tiers.yaml``), so the report names the
+    #: card's tier; to any other trainer a tier like ``below-32GB`` means nothing.
+    tiered: bool = False
+    #: What in this trainer's data can make a longer run peak higher than a short trial (the
+    #: report's short-runs warning): a video trainer's clips, anyone's larger samples.
+    longer_input: str = "a longer or larger sample in the data"
+    #: Warnings the report adds about how this trainer measures itself (one sentence each).
+    report_notes: tuple[str, ...] = ()
+    #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
+    config_suffix: str = ".yaml"
+    #: The adapter takes a ``launcher`` option, the argv that runs Python (``--trainer-python PATH``).
+    takes_trainer_python: bool = False
+    #: Trials run the baseline's validation pass (``--no-validation-in-trials`` turns it off).
+    validates_in_trials: bool = False
+
+
+@dataclass(frozen=True)
+class TrialLaunch:
+    """What an adapter's ``write_trial`` wrote, for ``render`` to finish: how to launch it, the
+    per-GPU batch it trains, and what the trial record holds besides the common fields."""
+
+    argv: Sequence[str]
+    cwd: Path
+    batch_size: int
+    #: What the trainer needs added to the inherited environment (the metrics file and hook come after).
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: GPUs one step spans (``None``: the baseline's ``num_gpus``).
+    num_gpus: int | None = None
+    #: More for the trial record (``data_bucket``, ``argv``...).
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
 class TrainerAdapter(ABC):
     """One trainer. Subclasses set ``name`` and are listed in ``autotune.trainers.registry``."""
 
@@ -75,7 +138,6 @@ class TrainerAdapter(ABC):
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
         """The knob values the baseline already has, plus ``gradient_accumulation_steps``."""
 
-    @abstractmethod
     def render(
         self,
         baseline: Baseline,
@@ -85,7 +147,48 @@ class TrainerAdapter(ABC):
         steps: int,
         trial_dir: Path,
     ) -> LaunchSpec:
-        """Write the trial's config under ``trial_dir`` and return how to launch it."""
+        """Write the trial's config under ``trial_dir`` and return how to launch it.
+
+        The skeleton every trainer shares: the steps check, the trial folder, the trial record, the
+        metrics-file env and the hook. What differs (the knob values, the data view, the config and
+        the argv) is the adapter's ``write_trial``."""
+        check_positive_int("steps", steps)
+        trial_dir = Path(trial_dir).resolve()
+        trial = self.write_trial(
+            baseline,
+            params,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            steps=steps,
+            trial_dir=trial_dir,
+        )
+        gpus = trial.num_gpus if trial.num_gpus is not None else max(1, baseline.num_gpus)
+        write_trial_record(
+            trial_dir,
+            trainer=self.name,
+            batch_size=trial.batch_size,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            num_gpus=gpus,
+            effective_batch=trial.batch_size * gradient_accumulation_steps * gpus,
+            steps=steps,
+            **trial.record,
+        )
+        env = {**trial.env, **metrics_env(trial_dir)}
+        if self.hook:  # after the adapter's env: a baseline's PYTHONPATH stays, behind the hook's folder
+            env = hook_env(trial_dir, env, vram_gb=self.hook_vram_gb(baseline))
+        return LaunchSpec(argv=tuple(trial.argv), cwd=trial.cwd, env=env)
+
+    @abstractmethod
+    def write_trial(
+        self,
+        baseline: Baseline,
+        params: Params,
+        *,
+        gradient_accumulation_steps: int,
+        steps: int,
+        trial_dir: Path,
+    ) -> TrialLaunch:
+        """Write the trial's config under ``trial_dir`` (absolute; made here, after any
+        ``CandidateRefused``) and say how to launch it (``render`` does the rest)."""
 
     @abstractmethod
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
@@ -126,53 +229,16 @@ class TrainerAdapter(ABC):
         return {}
 
     def knob_path(self) -> Path:
-        """This trainer's knob file (``configs/knobs/<trainer>.yaml``)."""
-        from configs import config_file
+        """This trainer's knob file (``configs/knobs/<knob_file>``, or ``knob_file`` when absolute)."""
+        from autotune.config.knobs import knob_path
 
-        return Path(str(config_file("knobs", self.knob_file)))
+        return knob_path(self.knob_file)
 
-    # --- hooks: what the rest of autotune asks of a trainer, so nothing outside ``trainers/``
-    # --- branches on a trainer's name. Class-level ones answer without options (``adapter_class``).
-
-    #: How messages name the trainer ("the LTX-2 trainer").
-    label: ClassVar[str] = "the trainer"
-    #: The trainer runs a command template (``--cmd``); ``--cmd`` with any other trainer is a usage error.
-    takes_template: ClassVar[bool] = False
-    #: ``autotune plan`` knows this trainer's baseline config per VRAM tier (``configs/tiers.yaml`` names
-    #: the files); the others sweep the user's own ``--config``.
-    plan_baselines: ClassVar[bool] = False
-    #: The folder under ``configs/`` where this trainer's tier baselines ship with autotune; ``None``:
-    #: they are read from the user's trainer checkout (``--trainer-dir``).
-    bundled_baselines: ClassVar[str | None] = None
-    #: Top-level sections this trainer's config holds beyond the LTX-2 schema (not unknown keys).
-    config_sections: ClassVar[tuple[str, ...]] = ()
-    #: The trainer loads its model, text encoder and data from the config's paths, so a plan warns
-    #: about each one still as shipped.
-    loads_model_paths: ClassVar[bool] = False
-    #: One training run uses one device: a plan for several GPUs plans one.
-    single_device: ClassVar[bool] = False
-    #: The trainer refuses a card in a tier the tier table marks unsupported (below 32 GB), so the
-    #: sweep refuses such a card too unless ``--force``.
-    needs_tier_gate: ClassVar[bool] = False
-    #: The trainer enforces an emulated card size itself (on CPU, or capped on a larger GPU): with
-    #: ``--vram-gb N`` the card is one it emulates (``with_emulated_vram``), not one it needs.
-    emulates_vram: ClassVar[bool] = False
-    #: The trials run PyTorch, so the trial-side hook can be injected (the ``hook`` option, default on).
-    takes_hook: ClassVar[bool] = False
+    #: What the rest of autotune asks of this trainer without options (``adapter_class(name).traits``),
+    #: so nothing outside ``trainers/`` branches on a trainer's name.
+    traits: ClassVar[TrainerTraits] = TrainerTraits()
     #: This adapter injects the hook (set from the ``hook`` option by adapters that take it).
     hook: bool = False
-    #: The trainer's configs come in VRAM tiers (``configs/tiers.yaml``), so the report names the
-    #: card's tier; to any other trainer a tier like ``below-32GB`` means nothing.
-    tiered: ClassVar[bool] = False
-    #: What in this trainer's data can make a longer run peak higher than a short trial (the
-    #: report's short-runs warning): a video trainer's clips, anyone's larger samples.
-    longer_input: ClassVar[str] = "a longer or larger sample in the data"
-    #: Warnings the report adds about how this trainer measures itself (one sentence each).
-    report_notes: ClassVar[tuple[str, ...]] = ()
-    #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
-    config_suffix: ClassVar[str] = ".yaml"
-    #: The adapter takes a ``launcher`` option, the argv that runs Python (``--trainer-python PATH``).
-    takes_trainer_python: ClassVar[bool] = False
 
     def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
         """Which of the knob file's ``names`` this trainer really receives with this baseline: the
@@ -189,7 +255,7 @@ class TrainerAdapter(ABC):
     def emulates_card(self) -> bool:
         """With ``--vram-gb N`` trials run on an emulated N GB card: the trainer's own (``emulates_vram``)
         or the trial-side hook's (``hook``): counted on CPU, capped on a larger GPU."""
-        return self.emulates_vram or self.hook
+        return self.traits.emulates_vram or self.hook
 
     def emulated_vram_gb(self, baseline: Baseline) -> float | None:
         """The card size (GB) the baseline tells the trainer (or the hook) to emulate; ``None``: none."""

@@ -1,0 +1,1 @@
+"""ai-toolkit (ostris/ai-toolkit): its adapter."""

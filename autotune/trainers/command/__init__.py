@@ -1,0 +1,1 @@
+"""Any trainer, from a command template (``--cmd``): its adapter."""

@@ -1,0 +1,177 @@
+"""Pieces every adapter shares: the trial record, the metrics and hook env, merging readings."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from autotune.core.metrics import TrialMetrics
+from autotune.errors import ConfigError, UsageError
+from autotune.execution.launch import check_program
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME
+from autotune.trainers.kit.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
+
+#: What an adapter writes beside the trial's config so ``read_metrics`` knows the batch.
+TRIAL_RECORD = "adapter.json"
+
+
+def metrics_env(trial_dir: Path) -> dict[str, str]:
+    return {METRICS_ENV: str(trial_dir / METRICS_FILE_NAME)}
+
+
+#: Where the trial-side hook writes its lines (``trials/hook/sitecustomize.py``).
+HOOK_FILE_ENV = "AUTOTUNE_HOOK_FILE"
+#: The card the hook emulates (GiB): counted on CPU, a memory-fraction cap on a larger GPU.
+EMULATED_VRAM_ENV = "AUTOTUNE_EMULATED_VRAM_GB"
+
+
+def hook_dir() -> Path | None:
+    """``trials/hook`` (found without importing ``trials``), or None when not shipped."""
+    spec = importlib.util.find_spec("trials")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "hook"
+    return path if path.is_dir() else None
+
+
+def hook_env(trial_dir: Path, env: Mapping[str, str], *, vram_gb: float | None = None) -> dict[str, str]:
+    """``env`` (what the adapter adds to the inherited environment) with the trial-side hook added.
+
+    The hook's folder goes FIRST on ``PYTHONPATH`` (Python runs the first ``sitecustomize`` it
+    finds; the hook then runs any later one), before the ``PYTHONPATH`` that ``env`` sets (a
+    baseline's exports), else the inherited one: what the user or the baseline set is kept.
+    ``vram_gb``: the card the hook emulates.
+    """
+    out = dict(env)
+    where = hook_dir()
+    if where is None:
+        return out
+    inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    out["PYTHONPATH"] = str(where) + (os.pathsep + inherited if inherited else "")
+    out[HOOK_FILE_ENV] = str(trial_dir / HOOK_FILE_NAME)
+    if vram_gb is not None:
+        out[EMULATED_VRAM_ENV] = f"{vram_gb:g}"
+    return out
+
+
+def hook_option(options: Mapping[str, Any], trainer: str) -> bool:
+    """The adapters' ``hook`` option: on unless turned off (``--no-hook``)."""
+    value = options.get("hook", True)
+    if not isinstance(value, bool):
+        raise UsageError(f"trainer {trainer!r}: option hook must be true or false; got {value!r}")
+    return value
+
+
+def real_samples_per_s(hook: TrialMetrics, file_metrics: TrialMetrics) -> float | None:
+    """Samples/s from what the data loaders really yielded (the hook's count), unless the trainer's
+    own metrics file states its samples/s (its own figure, on purpose); ``None``: credit the batch."""
+    return hook.samples_per_s if file_metrics.samples_per_s is None else None
+
+
+def write_trial_record(trial_dir: Path, **record: Any) -> None:
+    (trial_dir / TRIAL_RECORD).write_text(
+        json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+
+
+def read_trial_record(trial_dir: Path) -> dict[str, Any]:
+    """The record ``render`` wrote (empty if missing or unreadable: reading never raises)."""
+    try:
+        data = json.loads((trial_dir / TRIAL_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def effective_batch_of(record: Mapping[str, Any]) -> int | None:
+    value = record.get("effective_batch")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+#: Fields that travel with ``step_time_s`` in a merge: they describe the same series of steps.
+_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s")
+
+
+def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:
+    """Field by field, the first reading that has a value wins; sources are listed in order.
+
+    Losses: a reading that saw a non-finite loss wins over the others (any reader's NaN
+    makes the trial ``nan``)."""
+    merged = TrialMetrics()
+    # A spread belongs to the step time it was measured with: never one reader's time, another's spread.
+    timed = next((r for r in readings if r.step_time_s is not None), None)
+    peaked = next((r for r in readings if r.trainer_peak_vram_gb is not None), None)
+    for f in fields(TrialMetrics):
+        if f.name == "source":
+            continue
+        if timed is not None and f.name in _WITH_STEP_TIME:
+            setattr(merged, f.name, getattr(timed, f.name))
+            continue
+        if f.name == "trainer_peak_device_wide":  # says what the merged trainer figure is
+            merged.trainer_peak_device_wide = peaked.trainer_peak_device_wide if peaked else None
+            continue
+        if f.name == "losses" and (diverged := [r for r in readings if r.nan_loss]):
+            merged.losses = list(diverged[0].losses)
+            continue
+        for reading in readings:
+            value = getattr(reading, f.name)
+            if value not in (None, [], ""):
+                setattr(merged, f.name, value)
+                break
+    merged.source = "+".join(r.source for r in readings if r.source and _has_any(r))
+    return merged
+
+
+def _has_any(m: TrialMetrics) -> bool:
+    return any(getattr(m, f.name) not in (None, [], "") for f in fields(TrialMetrics) if f.name != "source")
+
+
+def check_params(params: Mapping[str, Any], known: Iterable[str], trainer: str) -> None:
+    """Unknown study params are a mistake in the knob file or the caller: name them."""
+    known = list(known)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"trainer {trainer!r} has no knob(s) {', '.join(unknown)}; its knobs are {', '.join(known)} "
+            f"(see configs/knobs/{trainer}.yaml)"
+        )
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a whole number >= 1; got {value!r}")
+    return value
+
+
+def take_options(options: dict[str, Any], trainer: str, known: Iterable[str]) -> None:
+    """Refuse adapter options nobody reads (a typo would otherwise be silently ignored)."""
+    known = sorted(known)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UsageError(
+            f"trainer {trainer!r} takes no option(s) {', '.join(unknown)}; "
+            f"its options are {', '.join(known) or '(none)'}"
+        )
+
+
+def launcher_option(options: Mapping[str, Any]) -> list[str] | None:
+    """The adapters' ``launcher`` option (``--trainer-python PATH``): the argv that runs Python, its
+    program checked to exist; ``None`` when not given."""
+    launcher = options.get("launcher")
+    if launcher is None:
+        return None
+    if isinstance(launcher, str) or not launcher or not all(isinstance(a, str) for a in launcher):
+        raise UsageError(
+            f"launcher must be a non-empty list of strings, like ['/path/venv/bin/python']; got {launcher!r}"
+        )
+    return [check_program(launcher[0], "trainer python"), *launcher[1:]]
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal and of the same kind (``True`` is not ``1`` in a config)."""
+    return type(a) is type(b) and a == b

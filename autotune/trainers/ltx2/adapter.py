@@ -1,0 +1,385 @@
+"""The LTX-2 LoRA trainer (``packages/ltx-trainer`` in Lightricks/LTX-2).
+
+A trial is the baseline YAML with the candidate's knobs and the short-run recipe
+set, every other line left byte for byte, run as
+``uv run python scripts/train.py CONFIG --disable-progress-bars`` in the trainer's
+directory. Its numbers come from its own ``Step`` lines and statistics block
+(``autotune.trainers.kit.readers.ltx2log``), with the metrics file and the hook, where present, beside them.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from autotune.config.yamlconf import RoundTripConfig, read_config_text
+from autotune.core.metrics import TrialMetrics
+from autotune.core.space import from_study_value, to_study_value
+from autotune.core.timing import WARMUP_STEPS
+from autotune.core.yamltext import load_yaml
+from autotune.errors import CandidateRefused, ConfigError, UsageError
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.kit.common import (
+    check_params,
+    check_positive_int,
+    effective_batch_of,
+    hook_option,
+    launcher_option,
+    merge_metrics,
+    read_trial_record,
+    real_samples_per_s,
+    same_value,
+    take_options,
+)
+from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.readers.phases import read_phase_peaks, without_step
+from autotune.trainers.kit.yamlkeys import GRAD_ACCUM_KEY as GRAD_ACCUM_KEY  # re-exported: tests
+from autotune.trainers.kit.yamlkeys import KNOB_KEYS as KNOB_KEYS  # re-exported: tests
+from autotune.trainers.kit.yamlkeys import STEPS_KEY as STEPS_KEY  # re-exported: tests
+from autotune.trainers.kit.yamlkeys import get_dotted
+from autotune.trainers.ltx2.checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
+from autotune.trainers.ltx2.data import data_sources
+from autotune.trainers.ltx2.recipe import short_run_recipe as short_run_recipe
+from autotune.trainers.ltx2.recipe import trial_recipe as trial_recipe
+from autotune.trainers.ltx2.view import VIEW_DIR, Buckets, DataView, build_view, read_buckets
+
+#: The trainer's code defaults when a key is omitted (they differ from its example files).
+CODE_DEFAULTS: dict[str, Any] = {
+    "quantization": "none",
+    "optimizer": "adamw",
+    "batch_size": 2,
+    "gradient_checkpointing": False,
+    "gradient_accumulation_steps": 1,
+}
+QUANTIZATIONS = ("int8-quanto", "int4-quanto", "int2-quanto", "fp8-quanto", "fp8uz-quanto", "none")
+OPTIMIZERS = ("adamw", "adamw8bit")
+RUN_ENV = {"COLUMNS": "250", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
+
+
+class Ltx2Adapter(TrainerAdapter):
+    """Options: ``trainer_dir`` (the LTX-2 checkout or ``packages/ltx-trainer``; found from the
+    config's or the current folder when omitted), ``launcher`` (argv that runs Python, default
+    ``["uv", "run", "python"]``; e.g. ``["/path/venv/bin/python"]``, the CLI's ``--trainer-python``;
+    its program is checked when the adapter is made), ``accelerate_config``
+    (``ddp``, ``fsdp``, a path, or ``none``; default ddp for LoRA, fsdp for full fine-tuning,
+    used with several GPUs), ``hook`` (inject the trial-side hook: step times, memory, losses, real
+    batches, the ``--vram-gb`` card; default on), ``trial_validation`` (give each trial the
+    baseline's validation pass; default on, the CLI's ``--no-validation-in-trials`` turns it off),
+    ``data_view`` (train trials on the largest latent bucket through linked samples; default on)."""
+
+    name: ClassVar[str] = "ltx2"
+    knob_file: ClassVar[str] = "ltx2.yaml"
+    #: The real trainer knows every section of the recipe, so missing ones are added.
+    create_missing_sections: ClassVar[bool] = True
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        label="the LTX-2 trainer",
+        takes_trainer_python=True,
+        # Trials run the baseline's validation pass (``--no-validation-in-trials`` turns it off).
+        validates_in_trials=True,
+        plan_baselines=True,
+        loads_model_paths=True,
+        longer_input="a longer clip in the data",
+        tiered=True,
+        needs_tier_gate=True,
+        takes_hook=True,
+        report_notes=(
+            "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
+            "only at a few points (start, first step, every 200 steps, end) and including other "
+            "processes; autotune's own measure is shown beside it.",
+        ),
+    )
+
+    def __init__(self, **options: Any) -> None:
+        take_options(
+            options,
+            self.name,
+            ("trainer_dir", "launcher", "accelerate_config", "hook", "trial_validation", "data_view"),
+        )
+        trainer_dir = options.get("trainer_dir")
+        self.trainer_dir = Path(trainer_dir) if trainer_dir else None
+        self.launcher: list[str] | None = launcher_option(options)
+        self.accelerate_config: str | None = options.get("accelerate_config")
+        self.hook = hook_option(options, self.name)
+        self.trial_validation = flag_option(options, "trial_validation", self.name)
+        self.data_view = flag_option(options, "data_view", self.name)
+        self._buckets: dict[tuple[str, tuple[str, ...]], Buckets | None] = {}
+
+    #: Without the hook a trial's speed comes from the trainer's ``Step`` lines (every 20 steps).
+    times_from_step_lines: ClassVar[bool] = True
+
+    def check_steps(self, steps: int) -> None:
+        """Refuse a ``--steps`` too short for a steady step time when only ``Step`` lines time it."""
+        if self.hook or not self.times_from_step_lines or steps >= MIN_STEPS_FOR_STEP_LINES:
+            return
+        raise UsageError(
+            f"--steps {steps} is too short to time {self.traits.label} without the hook: it prints a Step line "
+            f"only every {STEP_LINE_EVERY} optimizer steps, each timing one micro-step, and the lines "
+            f"up to step {WARMUP_STEPS} are warm-up; a steady step time with a spread needs two lines "
+            f"past it, so pass --steps {MIN_STEPS_FOR_STEP_LINES} or more (or run the trials with the "
+            "trial-side hook, which times every optimizer step)"
+        )
+
+    # --- baseline ------------------------------------------------------------------------------
+
+    def load_baseline(self, config: Path | None) -> Baseline:
+        if config is None:
+            raise UsageError(
+                f"trainer {self.name!r} needs a config to start from: write one with "
+                "'autotune plan -o plan.yaml' or pass your own with --config FILE"
+            )
+        text = read_config_text(Path(config))
+        return self.baseline_from_text(text, path=Path(config))
+
+    def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
+        """A baseline from YAML text (a plan held in memory, say); the text is kept verbatim."""
+        source = str(path) if path else "<config>"
+        data = load_yaml(text, source)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{source}: expected a mapping of sections (model:, optimization:, ...) at the top"
+            )
+        return Baseline(trainer=self.name, text=text, data=data, path=path)
+
+    def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for param, key in {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}.items():
+            value = get_dotted(baseline.data, key, CODE_DEFAULTS[param])
+            out[param] = to_study_value(value) if param == "quantization" else value
+        return out
+
+    # --- rendering -----------------------------------------------------------------------------
+
+    def knob_values(
+        self, baseline: Baseline, params: Params, gradient_accumulation_steps: int
+    ) -> list[tuple[str, Any]]:
+        """(config key, YAML value) for each knob, baseline values where ``params`` leaves one out."""
+        check_params(params, KNOB_KEYS, self.name)
+        merged = {**self.baseline_params(baseline), **params}
+        check_knob_values(merged, gradient_accumulation_steps)
+        quant_value = from_study_value(merged["quantization"])
+        if quant_value is not None and get_dotted(baseline.data, "model.training_mode", "lora") == "full":
+            raise CandidateRefused(
+                f"quantization {quant_value} with model.training_mode 'full' is rejected by the LTX-2 "
+                "trainer; sweep quantization only for LoRA training"
+            )
+        return [
+            (KNOB_KEYS["quantization"], quant_value),
+            (KNOB_KEYS["optimizer"], merged["optimizer"]),
+            (KNOB_KEYS["batch_size"], merged["batch_size"]),
+            (GRAD_ACCUM_KEY, gradient_accumulation_steps),
+            (KNOB_KEYS["gradient_checkpointing"], merged["gradient_checkpointing"]),
+        ]
+
+    def write_trial(
+        self,
+        baseline: Baseline,
+        params: Params,
+        *,
+        gradient_accumulation_steps: int,
+        steps: int,
+        trial_dir: Path,
+    ) -> TrialLaunch:
+        values = self.knob_values(baseline, params, gradient_accumulation_steps)
+        batch = dict(values)[KNOB_KEYS["batch_size"]]
+        cwd = self.cwd(baseline)
+        limit = self._sample_limit(baseline, cwd)
+        if limit is not None and batch > limit[0]:
+            raise CandidateRefused(
+                f"batch_size {batch} needs at least {batch * max(1, baseline.num_gpus)} preprocessed samples "
+                f"({batch} per GPU x {max(1, baseline.num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]} "
+                f"(.pt files found in each of {', '.join(d + '/' for d in data_sources(baseline.data))}): "
+                "the LTX-2 trainer would die with StopIteration. Preprocess more samples or cap "
+                "--max-batch-size."
+            )
+        cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
+        edits = {k: v for k, v in values if not cfg.has(k) or not same_value(cfg.get(k), v)}
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        recipe = trial_recipe(baseline.data, steps, trial_dir, validation=self.trial_validation)
+        view = self._data_view(baseline, cwd, trial_dir, batch * max(1, baseline.num_gpus))
+        if view is not None:
+            recipe.append(("data.preprocessed_data_root", str(view.root)))
+        for key, value in recipe:
+            if cfg.has(key) and same_value(cfg.get(key), value):
+                continue  # already so: the line stays as written
+            if self.create_missing_sections or "." not in key or cfg.has(key.rsplit(".", 1)[0]):
+                edits[key] = value
+        cfg.set_many(edits)
+        config_path = trial_dir / "config.yaml"
+        config_path.write_text(cfg.dump(), encoding="utf-8")
+        record = {
+            "validation_step": steps - 1 if dict(recipe).get("validation.interval") else None,
+            "data_bucket": view.describe() if view is not None else None,
+        }
+        argv = self.launch_argv(baseline, config_path, progress_bars=False)
+        return TrialLaunch(argv=argv, cwd=cwd, batch_size=batch, env=RUN_ENV, record=record)
+
+    def _data_view(self, baseline: Baseline, cwd: Path, trial_dir: Path, needed: int) -> DataView | None:
+        """The largest bucket's samples linked under the trial folder (None: data not here or unread)."""
+        if not self.data_view:
+            return None
+        limit = self._sample_limit(baseline, cwd)
+        if limit is None:
+            return None
+        sources = data_sources(baseline.data)
+        key = (str(limit[1]), tuple(sources))
+        if key not in self._buckets:  # every sample file is opened once per sweep, not per trial
+            self._buckets[key] = read_buckets(limit[1], sources)
+        return build_view(limit[1], sources, trial_dir / VIEW_DIR, needed, self._buckets[key])
+
+    def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
+        script = [*self.script_argv(config_path)]
+        if not progress_bars:
+            script.append("--disable-progress-bars")
+        gpus = max(1, baseline.num_gpus)
+        if gpus == 1:
+            return [*self.python_launcher(), *script]
+        argv = self.accelerate_launcher()
+        accel = self._accelerate_config_file(baseline)
+        argv += ["--config_file", accel] if accel else ["--multi_gpu"]
+        return [*argv, "--num_processes", str(gpus), *self.accelerate_script_argv(script)]
+
+    def script_argv(self, config_path: Path) -> list[str]:
+        return [TRAIN_SCRIPT, str(config_path)]
+
+    def accelerate_script_argv(self, script: list[str]) -> list[str]:
+        return script
+
+    def python_launcher(self) -> list[str]:
+        return self.launcher if self.launcher is not None else ["uv", "run", "python"]
+
+    def accelerate_launcher(self) -> list[str]:
+        if self.launcher is None:
+            return ["uv", "run", "accelerate", "launch"]
+        return [*self.launcher, "-m", "accelerate.commands.launch"]
+
+    def _accelerate_config_file(self, baseline: Baseline) -> str | None:
+        choice = self.accelerate_config
+        if choice is None and baseline.extra.get("launch_mode") in ("ddp", "fsdp"):
+            choice = str(baseline.extra["launch_mode"])  # what ``autotune plan`` chose
+        if choice is None:
+            choice = "fsdp" if get_dotted(baseline.data, "model.training_mode", "lora") == "full" else "ddp"
+        if choice in ("none", ""):
+            return None
+        if choice in ("ddp", "fsdp"):
+            rel = f"configs/accelerate/{choice}.yaml"
+            try:
+                return rel if (self.cwd(baseline) / rel).is_file() else None
+            except UsageError:
+                return rel
+        return str(choice)
+
+    # --- where the trainer lives ---------------------------------------------------------------
+
+    def cwd(self, baseline: Baseline) -> Path:
+        """The trainer's package folder (holding ``scripts/train.py``), where trials run."""
+        hints = [] if self.trainer_dir is not None else package_hints(baseline)
+        return find_trainer_package(self.trainer_dir, hints)
+
+    def max_batch_size(self, baseline: Baseline) -> int | None:
+        try:
+            limit = self._sample_limit(baseline, self.cwd(baseline))
+        except UsageError:
+            return None
+        return limit[0] if limit else None
+
+    def _sample_limit(self, baseline: Baseline, cwd: Path) -> tuple[int, Path, int] | None:
+        """(largest per-GPU batch, data root, sample count) when the preprocessed data is here."""
+        root = get_dotted(baseline.data, "data.preprocessed_data_root", None)
+        return sample_limit(root, data_sources(baseline.data), cwd, baseline.num_gpus)
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
+        try:
+            trial_dir = Path(trial_dir)
+            record = read_trial_record(trial_dir)
+            validation_step = record.get("validation_step")
+            validation_step = validation_step if isinstance(validation_step, int) else None
+            parsed = parse_ltx2_output(read_output(trial_dir, output))
+            if validation_step is not None:  # that step's line timed the validation pass too
+                parsed.steps = [s for s in parsed.steps if s.step != validation_step]
+            log = parsed.to_metrics(effective_batch_of(record))
+            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
+            hook = without_step(read_hook_file(trial_dir / HOOK_FILE_NAME), validation_step)
+            merged = merge_metrics(*self._reading_order(log, file_metrics, hook))
+            phases = read_phase_peaks(trial_dir / HOOK_FILE_NAME, validation_step)
+            if phases.peak_gb is not None:  # the largest phase is the trial's peak
+                merged.measured_peak_vram_gb = max(merged.measured_peak_vram_gb or 0.0, phases.peak_gb)
+            counted = real_samples_per_s(hook, file_metrics)
+            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+        except Exception:  # the contract: a reader never takes the sweep down
+            return TrialMetrics()
+
+    def _reading_order(self, log: TrialMetrics, file: TrialMetrics, hook: TrialMetrics) -> list[TrialMetrics]:
+        return [log, file, hook]
+
+    # --- the full run --------------------------------------------------------------------------
+
+    def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
+        cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
+        knobs = self.knob_values(baseline, params, gradient_accumulation_steps)
+        cfg.set_many({k: v for k, v in knobs if not cfg.has(k) or not same_value(cfg.get(k), v)})
+        return cfg.dump()
+
+    def training_command(
+        self,
+        config_path: Path,
+        *,
+        baseline: Baseline | None = None,
+        params: Params | None = None,
+        gradient_accumulation_steps: int | None = None,
+    ) -> str:
+        base = baseline or Baseline(trainer=self.name, text="", data={})
+        config_path = Path(config_path).resolve()
+        argv = self.launch_argv(base, config_path, progress_bars=True)
+        try:
+            cwd = str(self.cwd(base))
+        except UsageError:
+            cwd = TRAINER_SUBDIR
+        return f"cd {shlex.quote(cwd)} && {shlex.join(argv)}"
+
+
+def check_knob_values(merged: Mapping[str, Any], gradient_accumulation_steps: int) -> None:
+    """A ``ConfigError`` for a knob value the LTX-2 trainer does not take (study values: ``none``
+    for no quantization)."""
+    quant = merged["quantization"]
+    if quant not in QUANTIZATIONS and quant is not None:
+        raise ConfigError(f"quantization {quant!r} is not one of {', '.join(QUANTIZATIONS)}")
+    if merged["optimizer"] not in OPTIMIZERS:
+        raise ConfigError(f"optimizer {merged['optimizer']!r} is not one of {', '.join(OPTIMIZERS)}")
+    check_positive_int("batch_size", merged["batch_size"])
+    check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
+    if not isinstance(merged["gradient_checkpointing"], bool):
+        raise ConfigError(
+            f"gradient_checkpointing must be true or false; got {merged['gradient_checkpointing']!r}"
+        )
+
+
+def flag_option(options: Mapping[str, Any], name: str, trainer: str) -> bool:
+    """A true/false adapter option that is on unless turned off (a stored ``"False"`` too)."""
+    value = options.get(name, True)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise UsageError(f"trainer {trainer!r}: option {name} must be true or false; got {value!r}")
+    return value
+
+
+def package_hints(baseline: Baseline) -> list[Path]:
+    """Where to look for the trainer when no ``trainer_dir`` is given: the folders a plan
+    recorded, the config's parents, then the current folder and its parents."""
+    hints: list[Path] = []
+    for name in ("package_dir", "trainer_dir"):  # ``Plan.to_baseline`` knows the package
+        if baseline.extra.get(name):
+            hints.append(Path(baseline.extra[name]))
+    if baseline.path is not None:
+        hints.extend(Path(baseline.path).resolve().parents)
+    hints.extend([Path.cwd(), *Path.cwd().parents])
+    return hints

@@ -1,0 +1,471 @@
+"""kohya-ss/musubi-tuner: Wan 2.1/2.2 (``wan_train_network.py``) and HunyuanVideo (``hv_train_network.py``).
+
+Facts are from the trainer's source at commit 30c658c (paths below are in that checkout).
+
+The baseline is the user's launch command as docs/wan.md:170-179 writes it (``accelerate launch
+--num_cpu_threads_per_process 1 --mixed_precision bf16 src/musubi_tuner/wan_train_network.py --task
+t2v-1.3B --dit ... --dataset_config x.toml ...``), a shell script read without a shell
+(``autotune.config.shellscript``) or sana's YAML record (``script:``, ``args:``, ``launcher:``,
+``cwd:``, ``env:``). The knobs are its own flags, plus the batch size of its dataset TOML:
+
+- ``blocks_to_swap``: ``--blocks_to_swap N`` (parser_common.py:391-396; 0 or absent: no swap,
+  trainer_base.py:1496); at most ``num_blocks - 1`` (wan/modules/model.py:752-754): 39 for the
+  14B models (wan/configs/wan_t2v_14B.py:30, 40 layers), 29 for 1.3B (wan_t2v_1_3B.py:30), 36 for
+  HunyuanVideo (docs/hunyuan_video.md:238). Swapped blocks live in host RAM (docs/block_swap.md).
+- ``precision``: ``fp8`` = ``--fp8_base`` (the whole DiT cast to float8, model.py:1036-1037);
+  ``fp8_scaled`` = ``--fp8_base --fp8_scaled`` (only the blocks' linears to fp8 with scales; norms
+  and embeddings stay bf16, model.py:536-541, so a little larger than ``fp8``; it requires
+  ``--fp8_base``, trainer_base.py:1398; HunyuanVideo has no ``--fp8_scaled``, parser_common.py:384-387);
+  ``bf16`` = neither.
+- ``gradient_checkpointing``: ``--gradient_checkpointing``; ``gradient_checkpointing_cpu_offload``
+  (a count, 1 or 0, so that its host-RAM order is the offload one: 1 saves device memory and costs
+  host RAM): ``--gradient_checkpointing_cpu_offload``, the activations offloaded to host RAM. It acts
+  only with ``--gradient_checkpointing`` (trainer_base.py:1608-1609, docs/hunyuan_video.md:242), so
+  without it the flag is left out (the same command as 0: the sweep runs it once).
+- ``optimizer``: ``--optimizer_type adamw8bit``/``adamw`` (read case-insensitively,
+  trainer_base.py:166,186,226). Its help calls AdamW the default (parser_common.py:303-307), but
+  an absent flag reaches ``getattr(torch.optim, "")`` (trainer_base.py:166,231-243), so a trial
+  always spells it out; absent in the baseline reads as AdamW.
+- ``split_attn``: ``--split_attn`` (attention one sample at a time, parser_common.py:77-82).
+- ``batch_size``: ``batch_size`` in the dataset TOML (``--dataset_config``); a trial edits a copy.
+
+The short-run recipe (trainer_base.py @ 30c658c): ``--max_train_steps N`` without
+``--max_train_epochs`` (which overrides it, :1639-1646); no sampling (``--sample_at_first``,
+``--sample_every_n_*``, ``--sample_prompts`` dropped, :1998-2001, :2091, :2156); no intermediate
+saves or state (``--save_every_n_*``, ``--save_state*``, ``--save_last_n_*`` dropped, :2092, :2142,
+:2170); the one save the full run makes at its end kept (:2173-2175), under ``--output_dir
+<trial>/output``; no resume, trackers or hub uploads. The training bar is ``tqdm(...,
+smoothing=0, desc="steps")`` with an ``avr_loss`` postfix (:1920, :2116-2118) whose first step is
+cut off by ``reset()`` (:2085-2086): ``read_tqdm_cumulative`` reads its per-step times.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from autotune.config.tomledit import TomlConfig
+from autotune.config.yamlconf import read_config_text
+from autotune.core.metrics import TrialMetrics
+from autotune.core.yamltext import load_yaml
+from autotune.errors import CandidateRefused, ConfigError, UsageError
+from autotune.execution.launch import redacted_env
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.kit.argv import (
+    drop_value_flag,
+    flag_value,
+    has_flag,
+    int_flag,
+    set_bool_flag,
+    set_value_flag,
+)
+from autotune.trainers.kit.common import (
+    check_params,
+    check_positive_int,
+    effective_batch_of,
+    hook_option,
+    launcher_option,
+    merge_metrics,
+    read_trial_record,
+    real_samples_per_s,
+    take_options,
+)
+from autotune.trainers.kit.launchscript import (
+    SCRIPT_HEAD,
+    command_lines,
+    record_from_command,
+    record_from_yaml,
+)
+from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
+from autotune.trainers.musubi.data import (
+    baseline_batch_size,
+    largest_bucket,
+    make_trial_dataset,
+    read_datasets,
+    set_batch_size,
+)
+
+KNOBS = (
+    "blocks_to_swap",
+    "precision",
+    "gradient_checkpointing",
+    "gradient_checkpointing_cpu_offload",
+    "optimizer",
+    "split_attn",
+    "batch_size",
+)
+PRECISIONS = ("fp8", "fp8_scaled", "bf16")
+OPTIMIZERS = ("adamw8bit", "adamw")
+#: Training script -> (architecture of its latent caches, dataset/architectures.py:2,4).
+SCRIPTS = {"wan_train_network.py": "wan", "hv_train_network.py": "hv"}
+#: --task -> DiT blocks (wan/configs/wan_t2v_14B.py:30, wan_t2v_1_3B.py:30, wan_i2v_14B.py:36,
+#: wan_*_A14B.py:30); the default task is t2v-14B (wan_train_network.py:723).
+WAN_DEFAULT_TASK = "t2v-14B"
+#: HunyuanVideo's documented training maximum (docs/hunyuan_video.md:238).
+HV_MAX_SWAP = 36
+DATASET_FLAG = "--dataset_config"
+STEPS_FLAG = "--max_train_steps"
+OUTPUT_FLAG = "--output_dir"
+GRAD_ACCUM_FLAG = "--gradient_accumulation_steps"
+SWAP_FLAG = "--blocks_to_swap"
+OPTIMIZER_FLAG = "--optimizer_type"
+#: Short-run recipe: value flags and store_true flags a trial leaves out (see the module docstring).
+DROP_VALUE_FLAGS = (
+    "--max_train_epochs",
+    "--sample_every_n_steps",
+    "--sample_every_n_epochs",
+    "--sample_prompts",
+    "--save_every_n_steps",
+    "--save_every_n_epochs",
+    "--save_last_n_epochs",
+    "--save_last_n_epochs_state",
+    "--save_last_n_steps",
+    "--save_last_n_steps_state",
+    "--resume",
+    "--log_with",
+    "--logging_dir",
+    "--wandb_api_key",
+    "--huggingface_repo_id",
+)
+DROP_BOOL_FLAGS = ("--sample_at_first", "--save_state", "--save_state_on_train_end")
+#: The heredoc ``final_config`` writes the winning dataset TOML with (read back by ``load_baseline``).
+HEREDOC = "AUTOTUNE_DATASET_TOML"
+
+
+def swap_maximum(script: str, args: Sequence[str]) -> int:
+    """The most blocks this script's model can swap (``num_blocks - 1``, model.py:752-754)."""
+    if Path(script).name == "hv_train_network.py":
+        return HV_MAX_SWAP
+    task = flag_value(args, "--task") or WAN_DEFAULT_TASK
+    layers = 30 if "1.3B" in task else 40
+    return layers - 1
+
+
+class MusubiAdapter(TrainerAdapter):
+    """Options: ``trainer_dir`` (the musubi-tuner checkout the command runs in; default: the
+    command's ``cd``, else its file's folder), ``launcher`` (argv that runs Python in place of the
+    command's ``accelerate launch ...``, the CLI's ``--trainer-python``), ``hook`` (the trial-side
+    hook: step times, peak memory, the ``--vram-gb`` card; default on)."""
+
+    name: ClassVar[str] = "musubi"
+    knob_file: ClassVar[str] = "musubi.yaml"
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        label="musubi-tuner",
+        takes_trainer_python=True,
+        takes_hook=True,
+        config_suffix=".sh",
+        longer_input="a longer clip or a larger bucket in the data",
+    )
+
+    def __init__(self, **options: Any) -> None:
+        take_options(options, self.name, ("launcher", "hook", "trainer_dir"))
+        self.launcher: list[str] | None = launcher_option(options)
+        trainer_dir = options.get("trainer_dir")
+        self.trainer_dir = Path(trainer_dir).expanduser().absolute() if trainer_dir is not None else None
+        if self.trainer_dir is not None and not self.trainer_dir.is_dir():
+            raise UsageError(
+                f"--trainer-dir {self.trainer_dir}: no such folder (give your musubi-tuner checkout)"
+            )
+        self.hook = hook_option(options, self.name)
+
+    # --- the baseline ----------------------------------------------------------------------------
+
+    def load_baseline(self, config: Path | None) -> Baseline:
+        if config is None:
+            raise UsageError(
+                "trainer 'musubi' needs your training command: pass --config FILE, a script with the line "
+                "'accelerate launch ... src/musubi_tuner/wan_train_network.py --dataset_config x.toml ...' "
+                "(docs/wan.md), or a YAML with script:, args:, optional launcher:, cwd:, env:"
+            )
+        path = Path(config)
+        return self.baseline_from_text(read_config_text(path), path)
+
+    def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
+        source = str(path) if path else "<command>"
+        folder = str(Path(path).resolve().parent) if path else str(Path.cwd())
+        command, dataset_text = _split_heredoc(text, source)
+        data: Any
+        try:
+            data = load_yaml(command, source)
+        except ConfigError:
+            data = None
+        if isinstance(data, dict) and ("script" in data or "args" in data):
+            record = record_from_yaml(data, source, folder)
+        else:
+            record = record_from_command(command, source, folder)
+        if self.trainer_dir is not None:
+            record["cwd"] = str(self.trainer_dir)
+        script = Path(record["script"]).name
+        if script not in SCRIPTS:
+            raise ConfigError(
+                f"{source}: {record['script']} is not a training script autotune knows for musubi-tuner; "
+                f"it drives {', '.join(sorted(SCRIPTS))}"
+            )
+        args = record["args"]
+        if flag_value(args, "--config_file") is not None:
+            raise ConfigError(
+                f"{source}: --config_file: autotune edits the command's own flags; write the options of "
+                "that file on the command line instead"
+            )
+        dataset = flag_value(args, DATASET_FLAG)
+        if dataset is None:
+            raise ConfigError(
+                f"{source}: the command has no {DATASET_FLAG} (musubi-tuner needs one, trainer_base.py:1394)"
+            )
+        dataset_path = Path(record["cwd"]) / Path(dataset).expanduser()
+        if dataset_text is None:
+            try:
+                dataset_text = dataset_path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(
+                    f"{source}: {DATASET_FLAG} {dataset}: cannot read {dataset_path} ({exc.strerror}); "
+                    "give a path that exists (relative paths start at the folder the command runs in)"
+                ) from None
+        TomlConfig(dataset_text, str(dataset_path))  # a malformed file is named now, not in a trial
+        record["arch"] = SCRIPTS[script]
+        record["dataset_path"] = str(dataset_path)
+        record["dataset_text"] = dataset_text
+        return Baseline(trainer=self.name, text=text, data=record, path=path)
+
+    def knob_limits(self, baseline: Baseline) -> dict[str, int]:
+        return {"blocks_to_swap": swap_maximum(baseline.data["script"], baseline.data["args"])}
+
+    def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
+        args = baseline.data["args"]
+        optimizer = (flag_value(args, OPTIMIZER_FLAG) or "adamw").lower()
+        gc = has_flag(args, "--gradient_checkpointing")
+        offload = int(gc and has_flag(args, "--gradient_checkpointing_cpu_offload"))
+        return {
+            "blocks_to_swap": self._swap_of(baseline),
+            "precision": _precision(args),
+            "gradient_checkpointing": gc,
+            "gradient_checkpointing_cpu_offload": offload,
+            "optimizer": optimizer if optimizer in OPTIMIZERS else "adamw",
+            "split_attn": has_flag(args, "--split_attn"),
+            "batch_size": self._batch_of(baseline),
+            "gradient_accumulation_steps": int_flag(args, GRAD_ACCUM_FLAG, 1),  # parser_common.py:191-196
+        }
+
+    def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
+        """All knobs, but the optimizer only when the baseline uses AdamW or AdamW8bit (another
+        one, say Adafactor, is kept as it is); precision ``fp8_scaled`` does not exist for HunyuanVideo
+        but fp8 and bf16 do, so precision stays."""
+        optimizer = (flag_value(baseline.data["args"], OPTIMIZER_FLAG) or "adamw").lower()
+        return [n for n in names if n != "optimizer" or optimizer in OPTIMIZERS]
+
+    def _swap_of(self, baseline: Baseline) -> int:
+        value = int_flag(baseline.data["args"], SWAP_FLAG, 0)
+        return max(0, min(value, swap_maximum(baseline.data["script"], baseline.data["args"])))
+
+    def _batch_of(self, baseline: Baseline) -> int:
+        toml = TomlConfig(baseline.data["dataset_text"], baseline.data["dataset_path"])
+        found = largest_bucket(read_datasets(toml, Path(baseline.data["cwd"]), baseline.data["arch"]))
+        return found[0].batch_size if found is not None else baseline_batch_size(toml)
+
+    # --- rendering -------------------------------------------------------------------------------
+
+    def knob_args(
+        self, baseline: Baseline, params: Params, gradient_accumulation_steps: int
+    ) -> tuple[list[str], int]:
+        """The baseline's args with the knob flags set (order kept, new flags at the end), and the batch."""
+        check_params(params, KNOBS, self.name)
+        base = self.baseline_params(baseline)
+        merged = {**base, **params}
+        batch = check_positive_int("batch_size", merged["batch_size"])
+        check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
+        args = list(baseline.data["args"])
+        swap = merged["blocks_to_swap"]
+        limit = swap_maximum(baseline.data["script"], args)
+        if isinstance(swap, bool) or not isinstance(swap, int) or swap < 0:
+            raise ConfigError(f"blocks_to_swap must be a whole number >= 0; got {swap!r}")
+        if swap > limit:
+            raise CandidateRefused(
+                f"blocks_to_swap {swap}: this model has {limit + 1} blocks and swaps at most {limit} "
+                "(wan/modules/model.py:752-754)"
+            )
+        args = set_value_flag(args, SWAP_FLAG, str(swap)) if swap else drop_value_flag(args, SWAP_FLAG)
+        precision = merged["precision"]
+        if precision not in PRECISIONS:
+            raise ConfigError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        if precision == "fp8_scaled" and baseline.data["arch"] != "wan":
+            raise CandidateRefused(
+                "precision fp8_scaled: HunyuanVideo's trainer has no --fp8_scaled (parser_common.py:384-387)"
+            )
+        args = set_bool_flag(args, "--fp8_base", precision in ("fp8", "fp8_scaled"))
+        args = set_bool_flag(args, "--fp8_scaled", precision == "fp8_scaled")
+        gc, offload = merged["gradient_checkpointing"], merged["gradient_checkpointing_cpu_offload"]
+        if not isinstance(gc, bool):
+            raise ConfigError(f"gradient_checkpointing must be true or false; got {gc!r}")
+        if offload not in (0, 1) or isinstance(offload, bool):
+            raise ConfigError(
+                f"gradient_checkpointing_cpu_offload must be 1 (on) or 0 (off); got {offload!r}"
+            )
+        args = set_bool_flag(args, "--gradient_checkpointing", gc)
+        args = set_bool_flag(args, "--gradient_checkpointing_cpu_offload", gc and offload == 1)
+        optimizer = merged["optimizer"]
+        if optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        given = flag_value(args, OPTIMIZER_FLAG)
+        current = (given or "adamw").lower()
+        if current in OPTIMIZERS and (current != optimizer or given is None):  # Adafactor stays as it is
+            args = set_value_flag(args, OPTIMIZER_FLAG, optimizer)  # always spelled out: see the docstring
+        if not isinstance(merged["split_attn"], bool):
+            raise ConfigError(f"split_attn must be true or false; got {merged['split_attn']!r}")
+        args = set_bool_flag(args, "--split_attn", merged["split_attn"])
+        if gradient_accumulation_steps != 1 or flag_value(args, GRAD_ACCUM_FLAG) is not None:
+            args = set_value_flag(args, GRAD_ACCUM_FLAG, str(gradient_accumulation_steps))
+        return args, batch
+
+    def write_trial(
+        self,
+        baseline: Baseline,
+        params: Params,
+        *,
+        gradient_accumulation_steps: int,
+        steps: int,
+        trial_dir: Path,
+    ) -> TrialLaunch:
+        args, batch = self.knob_args(baseline, params, gradient_accumulation_steps)
+        for flag in DROP_VALUE_FLAGS:
+            args = drop_value_flag(args, flag)
+        for flag in DROP_BOOL_FLAGS:
+            args = set_bool_flag(args, flag, False)
+        args = set_value_flag(args, STEPS_FLAG, str(steps))
+        args = set_value_flag(args, OUTPUT_FLAG, str(trial_dir / "output"))
+        record = baseline.data
+        toml = TomlConfig(record["dataset_text"], record["dataset_path"])
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        dataset_text, view = make_trial_dataset(toml, Path(record["cwd"]), record["arch"], batch, trial_dir)
+        dataset_file = trial_dir / "dataset.toml"
+        dataset_file.write_text(dataset_text, encoding="utf-8")
+        args = set_value_flag(args, DATASET_FLAG, str(dataset_file))
+        gpus = max(1, baseline.num_gpus)
+        argv = self._argv(record, args, gpus)
+        (trial_dir / "config.yaml").write_text(
+            # A record for people and for ``load_baseline``; secrets in the env go to the trainer only.
+            yaml.safe_dump(
+                {
+                    "script": record["script"],
+                    "launcher": record["launcher"],
+                    "cwd": record["cwd"],
+                    "args": args,
+                    "env": redacted_env(record["env"]),
+                    "argv": argv,
+                },
+                sort_keys=False,
+                width=10**6,
+            ),
+            encoding="utf-8",
+        )
+        (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
+        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
+        return TrialLaunch(
+            argv=argv,
+            cwd=Path(record["cwd"]),
+            batch_size=batch,
+            env=env,
+            record={"data_bucket": view.describe()},
+        )
+
+    def _argv(self, record: dict[str, Any], args: list[str], gpus: int) -> list[str]:
+        """``launcher script args``: the command's own ``accelerate launch ...`` (``--num_processes``
+        set for several GPUs), or ``--trainer-python`` (through ``accelerate.commands.launch`` for several)."""
+        if self.launcher is not None:
+            if gpus > 1:
+                return [
+                    *self.launcher,
+                    "-m",
+                    "accelerate.commands.launch",
+                    "--num_processes",
+                    str(gpus),
+                    record["script"],
+                    *args,
+                ]
+            return [*self.launcher, record["script"], *args]
+        launcher = list(record["launcher"])
+        if gpus > 1 and any(Path(t).name == "accelerate" for t in launcher[:1]) and "launch" in launcher:
+            launcher = set_value_flag(launcher, "--num_processes", str(gpus))
+        return [*launcher, record["script"], *args]
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
+        try:
+            trial_dir = Path(trial_dir)
+            record = read_trial_record(trial_dir)
+            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
+            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
+            text = read_output(trial_dir, output)
+            bar = read_tqdm_cumulative(text) or TrialMetrics()
+            merged = merge_metrics(hook, file_metrics, bar)
+            counted = real_samples_per_s(hook, file_metrics)
+            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+        except Exception:  # the contract: a reader never takes the sweep down
+            return TrialMetrics()
+
+    # --- the winner ------------------------------------------------------------------------------
+
+    def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
+        """A runnable bash script: the baseline command with only the knob flags changed. When the
+        batch size changes, the script first writes the dataset TOML with only ``batch_size``
+        changed (comments kept) beside the original, and trains with that one."""
+        record = baseline.data
+        args, batch = self.knob_args(baseline, params, gradient_accumulation_steps)
+        lines = list(SCRIPT_HEAD)
+        if batch != self._batch_of(baseline):
+            toml = TomlConfig(record["dataset_text"], record["dataset_path"])
+            set_batch_size(toml, batch)
+            original = Path(record["dataset_path"])
+            target = original.with_name(f"{original.stem}.autotune{original.suffix or '.toml'}")
+            lines += [
+                f"# {original.name} with batch_size = {batch} (everything else as it was):",
+                f"cat > {shlex.quote(str(target))} <<'{HEREDOC}'",
+                toml.text.rstrip("\n"),
+                HEREDOC,
+            ]
+            args = set_value_flag(args, DATASET_FLAG, str(target))
+        lines += command_lines(record, self._argv(record, args, max(1, baseline.num_gpus)))
+        return "\n".join(lines) + "\n"
+
+    def training_command(
+        self,
+        config_path: Path,
+        *,
+        baseline: Baseline | None = None,
+        params: Params | None = None,
+        gradient_accumulation_steps: int | None = None,
+    ) -> str:
+        return f"bash {shlex.quote(str(config_path))}"
+
+
+def _precision(args: Sequence[str]) -> str:
+    if has_flag(args, "--fp8_base"):
+        return "fp8_scaled" if has_flag(args, "--fp8_scaled") else "fp8"
+    return "bf16"
+
+
+def _split_heredoc(text: str, source: str) -> tuple[str, str | None]:
+    """The command without the dataset TOML heredoc ``final_config`` writes, and that TOML (None: none)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.rstrip().endswith(f"<<'{HEREDOC}'")), None)
+    if start is None:
+        return text, None
+    try:
+        end = lines.index(HEREDOC, start + 1)
+    except ValueError:
+        raise ConfigError(
+            f"{source}:{start + 1}: the dataset config block never ends (no {HEREDOC} line)"
+        ) from None
+    rest = lines[:start] + lines[end + 1 :]
+    return "\n".join(rest) + "\n", "\n".join(lines[start + 1 : end]) + "\n"
+
+
+__all__ = ["MusubiAdapter", "swap_maximum"]

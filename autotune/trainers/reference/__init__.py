@@ -1,0 +1,1 @@
+"""The built-in reference trainer (``trials/reference``): its adapter."""

@@ -1,0 +1,1 @@
+"""Sana and other diffusers-family command-line-flag trainers: their adapter."""

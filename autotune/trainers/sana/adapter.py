@@ -1,0 +1,255 @@
+"""Command-line-flag trainers of the diffusers family (Sana's ``train_dreambooth_lora_sana.py``).
+
+The baseline is the user's command, in either of two forms:
+
+* a YAML record::
+
+      script: train_dreambooth_lora_sana.py   # relative to cwd
+      launcher: [python]                      # argv that runs Python (default: python on PATH)
+      cwd: /path/to/diffusers/examples/dreambooth   # default: the YAML file's folder
+      args: [--pretrained_model_name_or_path=..., --train_batch_size=1, --mixed_precision=bf16]
+      env: {HF_HOME: /data/hf}                # optional
+
+* a launcher script as READMEs write it (``export MODEL_NAME=...`` lines, ``$MODEL_NAME``,
+  ``cd DIR &&``, ``VAR=value`` prefixes, backslash continuations, comments), read without a
+  shell by ``autotune.config.shellscript``: its exports become the trial's environment, and
+  what needs a shell is refused naming the line. It is also what ``final_config`` writes:
+  the trainer's own format is its command.
+
+These trainers print no memory figures: peak VRAM and step times come from the
+trial-side hook; the step time may also come from tqdm's rate, the loss from its postfix.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from autotune.config.yamlconf import read_config_text
+from autotune.core.metrics import TrialMetrics
+from autotune.core.yamltext import load_yaml
+from autotune.errors import ConfigError, UsageError
+from autotune.execution.launch import redacted_env
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.kit.argv import (
+    drop_value_flag,
+    flag_value,
+    has_flag,
+    int_flag,
+    set_bool_flag,
+    set_value_flag,
+)
+from autotune.trainers.kit.common import (
+    check_params,
+    check_positive_int,
+    effective_batch_of,
+    hook_option,
+    launcher_option,
+    merge_metrics,
+    read_trial_record,
+    real_samples_per_s,
+    take_options,
+)
+from autotune.trainers.kit.launchscript import (
+    SCRIPT_HEAD,
+    command_lines,
+    record_from_command,
+    record_from_yaml,
+)
+from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.readers.runblock import real_batch
+from autotune.trainers.kit.readers.tqdmbar import read_tqdm
+
+KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
+#: Boolean knob -> the store_true flag that turns it on.
+BOOL_FLAGS = {
+    "offload": "--offload",
+    "cache_latents": "--cache_latents",
+    "gradient_checkpointing": "--gradient_checkpointing",
+}
+ADAM8_FLAG = "--use_8bit_adam"
+BATCH_FLAG = "--train_batch_size"
+GRAD_ACCUM_FLAG = "--gradient_accumulation_steps"
+STEPS_FLAG = "--max_train_steps"
+OUTPUT_FLAG = "--output_dir"
+#: The script's argparse defaults, for flags the baseline leaves out.
+SCRIPT_DEFAULTS = {"batch_size": 4, "gradient_accumulation_steps": 1}
+#: Short-run recipe: flags removed (value-taking or store_true) so a trial does only training.
+DROP_VALUE_FLAGS = ("--validation_prompt", "--resume_from_checkpoint", "--hub_model_id")
+DROP_BOOL_FLAGS = ("--push_to_hub",)
+_NEVER = 10**9  # checkpointing_steps for a trial: never
+
+
+def parse_tqdm(text: str) -> tuple[float | None, list[float]]:
+    """Steady seconds per step from the training bar's per-update rates, and its ``loss=`` postfixes."""
+    metrics = read_tqdm(text)
+    return (metrics.step_time_s, metrics.losses) if metrics is not None else (None, [])
+
+
+# --- the adapter -------------------------------------------------------------------------------
+
+
+class SanaAdapter(TrainerAdapter):
+    """Options: ``launcher`` (argv that runs Python; overrides the baseline's), ``hook``
+    (inject the trial-side hook: step times, memory, losses, real batches, the ``--vram-gb`` card;
+    default on)."""
+
+    name: ClassVar[str] = "sana"
+    knob_file: ClassVar[str] = "sana.yaml"
+    traits: ClassVar[TrainerTraits] = TrainerTraits(
+        label="the Sana trainer",
+        takes_trainer_python=True,
+        # ``final_config`` writes the training command as a shell script.
+        config_suffix=".sh",
+        takes_hook=True,
+    )
+
+    def __init__(self, **options: Any) -> None:
+        take_options(options, self.name, ("launcher", "hook"))
+        self.launcher: list[str] | None = launcher_option(options)
+        self.hook = hook_option(options, self.name)
+
+    def load_baseline(self, config: Path | None) -> Baseline:
+        if config is None:
+            raise UsageError(
+                "trainer 'sana' needs your training command: pass --config FILE with either a YAML "
+                "(script:, args:, optional launcher:, cwd:, env:) or a shell line like "
+                "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...'"
+            )
+        path = Path(config)
+        text = read_config_text(path)
+        return self.baseline_from_text(text, path)
+
+    def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
+        source = str(path) if path else "<command>"
+        folder = str(Path(path).resolve().parent) if path else str(Path.cwd())
+        data: Any
+        try:
+            data = load_yaml(text, source)
+        except ConfigError:
+            data = None
+        if isinstance(data, dict) and ("script" in data or "args" in data):
+            record = record_from_yaml(data, source, folder)
+        else:
+            record = record_from_command(text, source, folder)
+        return Baseline(trainer=self.name, text=text, data=record, path=path)
+
+    def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
+        args = baseline.data["args"]
+        return {
+            "offload": has_flag(args, BOOL_FLAGS["offload"]),
+            "cache_latents": has_flag(args, BOOL_FLAGS["cache_latents"]),
+            "optimizer": "adamw8bit" if has_flag(args, ADAM8_FLAG) else "adamw",
+            "batch_size": int_flag(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
+            "gradient_checkpointing": has_flag(args, BOOL_FLAGS["gradient_checkpointing"]),
+            "gradient_accumulation_steps": int_flag(
+                args, GRAD_ACCUM_FLAG, SCRIPT_DEFAULTS["gradient_accumulation_steps"]
+            ),
+        }
+
+    def knob_args(self, baseline: Baseline, params: Params, gradient_accumulation_steps: int) -> list[str]:
+        """The baseline's args with the knob flags set (order kept; new flags at the end)."""
+        check_params(params, KNOBS, self.name)
+        merged = {**self.baseline_params(baseline), **params}
+        check_positive_int("batch_size", merged["batch_size"])
+        check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
+        if merged["optimizer"] not in ("adamw", "adamw8bit"):
+            raise ConfigError(f"optimizer {merged['optimizer']!r} is not one of adamw8bit, adamw")
+        args = list(baseline.data["args"])
+        args = set_value_flag(args, BATCH_FLAG, str(merged["batch_size"]))
+        args = set_value_flag(args, GRAD_ACCUM_FLAG, str(gradient_accumulation_steps))
+        args = set_bool_flag(args, ADAM8_FLAG, merged["optimizer"] == "adamw8bit")
+        for knob, flag in BOOL_FLAGS.items():
+            if not isinstance(merged[knob], bool):
+                raise ConfigError(f"{knob} must be true or false; got {merged[knob]!r}")
+            args = set_bool_flag(args, flag, merged[knob])
+        return args
+
+    def write_trial(
+        self,
+        baseline: Baseline,
+        params: Params,
+        *,
+        gradient_accumulation_steps: int,
+        steps: int,
+        trial_dir: Path,
+    ) -> TrialLaunch:
+        args = self.knob_args(baseline, params, gradient_accumulation_steps)
+        args = set_value_flag(args, STEPS_FLAG, str(steps))
+        args = set_value_flag(args, OUTPUT_FLAG, str(trial_dir / "output"))
+        for flag in DROP_VALUE_FLAGS:
+            args = drop_value_flag(args, flag)
+        for flag in DROP_BOOL_FLAGS:
+            args = set_bool_flag(args, flag, False)
+        if flag_value(args, "--checkpointing_steps") is not None:
+            args = set_value_flag(args, "--checkpointing_steps", str(_NEVER))
+        record = dict(baseline.data)
+        argv = self._argv(record, args, max(1, baseline.num_gpus))
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / "config.yaml").write_text(
+            # A record for people; the env goes to the trainer only (a hub token must not reach the disk).
+            yaml.safe_dump(
+                {**record, "env": redacted_env(record["env"]), "args": args, "argv": argv},
+                sort_keys=False,
+                width=10**6,
+            ),
+            encoding="utf-8",
+        )
+        (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
+        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
+        return TrialLaunch(
+            argv=argv, cwd=Path(record["cwd"]), batch_size=int_flag(args, BATCH_FLAG, 1), env=env
+        )
+
+    def _argv(self, record: dict[str, Any], args: list[str], gpus: int) -> list[str]:
+        launcher = self.launcher or record["launcher"]
+        if gpus > 1:
+            return [
+                *launcher,
+                "-m",
+                "accelerate.commands.launch",
+                "--num_processes",
+                str(gpus),
+                record["script"],
+                *args,
+            ]
+        return [*launcher, record["script"], *args]
+
+    def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
+        try:
+            trial_dir = Path(trial_dir)
+            record = read_trial_record(trial_dir)
+            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
+            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
+            text = read_output(trial_dir, output)
+            tqdm = read_tqdm(text) or TrialMetrics()  # time, spread and losses
+            merged = merge_metrics(hook, file_metrics, tqdm)
+            counted = real_samples_per_s(hook, file_metrics)
+            batch = real_batch(text, effective_batch_of(record))  # partial batches count as partial
+            return finish_metrics(merged, batch, keep_reported=False, counted=counted)
+        except Exception:  # the contract: a reader never takes the sweep down
+            return TrialMetrics()
+
+    def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
+        """A runnable shell script: the baseline command with only the knob flags changed."""
+        record = baseline.data
+        args = self.knob_args(baseline, params, gradient_accumulation_steps)
+        argv = self._argv(record, args, max(1, baseline.num_gpus))
+        lines = [*SCRIPT_HEAD, *command_lines(record, argv)]
+        return "\n".join(lines) + "\n"
+
+    def training_command(
+        self,
+        config_path: Path,
+        *,
+        baseline: Baseline | None = None,
+        params: Params | None = None,
+        gradient_accumulation_steps: int | None = None,
+    ) -> str:
+        return f"bash {shlex.quote(str(config_path))}"
