@@ -7,7 +7,8 @@ finished trial never becomes unfinished, so the number of trials and of finished
 grow: after each trial it records, the sweep writes both beside the trial folders
 (``<workdir>/<study>/.study-generation.json``), and a study database holding fewer than that
 was rolled back. What it cannot see: a rollback that loses only attrs written to a trial that
-stays in the same state (the pid of a running trial), and a mark file put back along with it.
+stays in the same state (the pid of a running trial), a mark file put back along with it, and
+a rollback to before the study's first trial (it looks like a new study in an old folder).
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def check(folder: Path, trials: Iterable[FrozenTrial], database: str) -> None:
     sweep's folder says it recorded."""
     mark = read_mark(folder)
     have = of_trials(trials)
-    if mark is None or not have.behind(mark):
-        return
+    if mark is None or have.trials == 0 or not have.behind(mark):
+        return  # nothing to compare, or a new study (a database deleted on purpose) in an old folder
     raise StorageError(
         f"the study database {database} was rolled back: it holds {have.trials} trials "
         f"({have.finished} finished), but {folder / MARK_FILE} says this sweep recorded {mark.trials} "
