@@ -240,6 +240,13 @@ def read_trials(
     by_id: dict[int, dict[str, Any]] = {
         r.trial_id: {"params": [], "values": {}, "user": {}, "system": {}, "inter": {}} for r in rows
     }
+    # Each SELECT sees the database as it is then (PostgreSQL reads committed rows per
+    # statement): rows of a trial created after the first SELECT are left for the next read.
+    params = [r for r in params if r.trial_id in by_id]
+    values = [r for r in values if r.trial_id in by_id]
+    user = [r for r in user if r.trial_id in by_id]
+    system = [r for r in system if r.trial_id in by_id]
+    inter = [r for r in inter if r.trial_id in by_id]
     parsed: dict[str, Any] = {}
     for r in sorted(params, key=lambda r: r.param_id):
         d = parsed.get(r.distribution_json)
