@@ -208,8 +208,12 @@ def _overheads(folder: Path, first: int) -> list[float]:
     return out
 
 
-def _timed_cli(args: list[str], cwd: Path) -> float:
+def _timed_cli(args: list[str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one ``autotune`` command in a fresh process."""
+    import resource
+
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "autotune", *args],
@@ -222,7 +226,8 @@ def _timed_cli(args: list[str], cwd: Path) -> float:
     took = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"autotune {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return took
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def one_size(size: int, measure: int, keep: Path | None, profile: Path | None) -> dict[str, Any]:
@@ -245,13 +250,12 @@ def one_size(size: int, measure: int, keep: Path | None, profile: Path | None) -
             "rss_mb": round(figures["rss_mb"], 1),
         }
         runs = folder / "runs"
-        row["status_s"] = round(_timed_cli(["status", "--workdir", str(runs), "--study", "bench"], folder), 2)
-        row["report_s"] = round(
-            _timed_cli(
-                ["report", "--workdir", str(runs), "--study", "bench", "-o", str(folder / "r.md")], folder
-            ),
-            2,
+        status = _timed_cli(["status", "--workdir", str(runs), "--study", "bench"], folder)
+        report = _timed_cli(
+            ["report", "--workdir", str(runs), "--study", "bench", "-o", str(folder / "r.md")], folder
         )
+        row["status_s"], row["status_cpu_s"] = round(status[0], 2), round(status[1], 2)
+        row["report_s"], row["report_cpu_s"] = round(report[0], 2), round(report[1], 2)
         return row
     finally:
         if keep is not None:
@@ -296,13 +300,13 @@ def main(argv: list[str] | None = None) -> int:
     first = rows[0]["overhead_s"] or 0.0
     print(
         f"{'trials':>7} {'overhead s/trial':>17} {'max':>6} {'x first':>8} {'CPU s/trial':>12} {'RSS MB':>7} "
-        f"{'status s':>9} {'report s':>9}"
+        f"{'status s (CPU)':>15} {'report s (CPU)':>15}"
     )
     for r in rows:
         ratio = (r["overhead_s"] / first) if first else float("nan")
         print(
             f"{r['size']:>7} {r['overhead_s']:>17.3f} {r['overhead_max_s']:>6.2f} {ratio:>8.2f} {r['cpu_s']:>12.3f} "
-            f"{r['rss_mb']:>7.1f} {r['status_s']:>9.2f} {r['report_s']:>9.2f}"
+            f"{r['rss_mb']:>7.1f} {r['status_s']:>8.2f} ({r['status_cpu_s']:.2f}) {r['report_s']:>8.2f} ({r['report_cpu_s']:.2f})"
         )
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     ok = all(r["overhead_s"] <= TARGET_OVERHEAD_S for r in rows)
