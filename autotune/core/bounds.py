@@ -174,8 +174,12 @@ class SpeedBounds:
                 continue
             hi[fam] = {b: p.samples_per_s * (1 + margin(p, mn)) for b, p in pts.items()}
             lo[fam] = {b: p.samples_per_s * (1 - margin(p, mn)) for b, p in pts.items()}
+        # Ratios bound only a family's unmeasured candidates: none for a family measured whole.
+        open_families = {grid.family(c) for c in grid.candidates if c not in k.points}
         ratios: dict[Candidate, list[tuple[Candidate, float]]] = defaultdict(list)
         for fam, fam_hi in hi.items():
+            if fam not in open_families:
+                continue
             for ref, ref_lo in lo.items():
                 if ref == fam:
                     continue
