@@ -128,8 +128,8 @@ def _open_read_only(url: str) -> RDBStorage:
         db = parsed.database or ""
         if db in ("", ":memory:") or not Path(db).is_file():
             raise StudyNotFoundError(
-                f"no study database at {db or url!r}; run 'autotune sweep' first, or point "
-                "--storage (or --workdir) at the sweep's studies.db"
+                f"no study database at {db or url!r}; run 'autotune sweep' first, or point to the "
+                "right one with --workdir DIR or --storage URL"
             )
         check_sqlite_file(Path(db))  # not SQLite, damaged, another program's, a newer Optuna's
         # SQLite's own read-only mode: even Optuna's start-up bookkeeping cannot write.
