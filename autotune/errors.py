@@ -95,6 +95,13 @@ class TrialOutputError(AutotuneError):
         self.errno = errno
 
 
+class TrialDirRefused(TrialOutputError):
+    """A trial folder (or the study folder above it) is a symbolic link, or leads out of the
+    workdir: nothing is written through it. The user's to fix, so it exits 2."""
+
+    exit_code = 2
+
+
 class ClaimLost(AutotuneError):
     """This worker was cut off from the database longer than its lease; another took its candidate."""
 

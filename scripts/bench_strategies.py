@@ -1,4 +1,4 @@
-"""The strategies autotune's search is benchmarked against (issue 8), behind one shape.
+"""The strategies autotune's search is benchmarked against, behind one shape.
 
 Each class takes what ``autotune.core.strategy.Strategy`` takes, ``(space, baseline, card_gb,
 headroom)``, and answers ``next_candidate(history)`` (None = done), ``best(history)`` and

@@ -30,7 +30,7 @@ the integer grid's GPU-hours (aim 20 %) and at most 25 % of its trials; at most 
 nothing fits.
 
 Exit status: 0 when every target holds, 1 when one is missed (the failing landscapes are
-listed), 2 on bad usage. Example (the README's table):
+listed), 2 on bad usage. Example (docs/benchmark.md's table):
 
     python scripts/bench_sweep.py --mode real --jobs 2
 """
@@ -72,7 +72,7 @@ STEPS = 50  # the sweep's default trial length, and LTX-2's own autotune's
 HELD_OUT_FIRST = 1001
 HELD_OUT_COUNT = 60
 
-#: Targets from issue 17 (the overhead from issue 8).
+#: Targets (docs/benchmark.md states them with the results).
 FOUND_WITHIN = 0.03  # a pick within 3 % of the true best's samples/s counts as finding it
 TARGET_FOUND = 1.0
 TARGET_GPU_RATIO = 0.30
@@ -382,7 +382,7 @@ def table(rows: Sequence[Row], n_landscapes: int, n_judged: int) -> str:
 
 
 def breakdown(runs: Sequence[Run], by_name: dict[str, Landscape]) -> str:
-    """Where a strategy's simulated GPU-hours went: the README's before/after breakdown."""
+    """Where a strategy's simulated GPU-hours went: docs/benchmark.md's before/after breakdown."""
     hours: dict[str, float] = dict.fromkeys(
         ("baseline", "winning family", "losing families, batch <= 2", "losing families, batch > 2",
          "out of memory", "re-measures"), 0.0

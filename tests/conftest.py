@@ -1,38 +1,24 @@
-"""Shared test helpers. Fixtures from ``../shared/`` are read in place, never copied."""
+"""Fixtures shared by the test files. Helpers (the CLI's environment and runner, waits, the shared
+fixture finder) live in ``tests/helpers``; the names below stay importable from here too."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import FAKES, IN_CI, REPO, shared_fixture, shared_path
+
 # The throwaway PostgreSQL server (fixtures pg_server, pg_url) for the multi-worker tests.
 pytest_plugins = ["tests.pg"]
 
-REPO = Path(__file__).resolve().parent.parent
+__all__ = ["FAKES", "IN_CI", "REPO", "SHARED_LTX2"]
 
-
-def _find_shared_ltx2() -> Path:
-    """``../shared/fixtures/ltx2`` beside the checkout (or beside a folder above it, for git
-    worktrees nested one level deeper); ``AUTOTUNE_LTX2_FIXTURES`` overrides."""
-    if os.environ.get("AUTOTUNE_LTX2_FIXTURES"):
-        return Path(os.environ["AUTOTUNE_LTX2_FIXTURES"])
-    for parent in REPO.parents:
-        candidate = parent / "shared" / "fixtures" / "ltx2"
-        if candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "fixtures" / "ltx2"
-
-
-SHARED_LTX2 = _find_shared_ltx2()
-FAKES = Path(__file__).resolve().parent / "fakes"
-IN_CI = os.environ.get("CI") == "true"
+#: Where the real LTX-2 trainer's configs, logs and schema are (it may not exist: use the fixture).
+SHARED_LTX2 = shared_path("ltx2")
 
 
 @pytest.fixture
 def ltx2_fixtures() -> Path:
-    """The real LTX-2 trainer configs beside the checkout; skip where they are absent."""
-    if not SHARED_LTX2.is_dir():
-        pytest.skip(f"LTX-2 fixture configs not found at {SHARED_LTX2}")
-    return SHARED_LTX2
+    """The real LTX-2 trainer configs beside the checkout; skip where absent (fail under CI=true)."""
+    return shared_fixture("ltx2")

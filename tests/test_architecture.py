@@ -1,4 +1,4 @@
-"""The layering, checked on the source (DESIGN.md, "Layout"; issue 14, "Packages that show the design"):
+"""The layering, checked on the source (docs/architecture.md):
 
 - the parent side (``autotune/``) never imports torch, the child side (``trials/``) never imports
   the orchestrator;
@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO, cli_env
 
 CORE = REPO / "autotune" / "core"
 
@@ -196,7 +195,7 @@ def test_building_the_cli_imports_nothing_heavy() -> None:
         "    assert 'usage: autotune' in out.getvalue(), argv\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = cli_env()
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )

@@ -11,7 +11,6 @@ The rows run in-process through ``autotune.cli.main`` (fast); a sample runs as a
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from tests.conftest import REPO
+from tests.helpers import cli_env
 
 
 @dataclass(frozen=True)
@@ -240,7 +239,7 @@ def test_bad_input_exits_2_with_a_clear_message(
 )
 def test_bad_input_as_a_real_process(case: Row, world: dict[str, str]) -> None:
     """What a user meets: ``python -m autotune ...`` exits 2 with one message, no traceback."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = cli_env(keep_pythonpath=False)
     proc = subprocess.run(
         [sys.executable, "-m", "autotune", *expand(case.argv, world)],
         capture_output=True,

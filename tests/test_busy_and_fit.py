@@ -1,4 +1,4 @@
-"""Timing you can trust and fit never claimed unmeasured (issue 15, items 5 and 8).
+"""Timing you can trust and fit never claimed unmeasured.
 
 - A trial run beside a busy process (a real spinner) or beside another process on its GPU
   (the fake NVML seam) is flagged, in its record, its progress line and the report.
@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -47,8 +46,8 @@ from autotune.sweep.setup import Card, plan_sweep
 from autotune.trainers import get_adapter
 from autotune.trainers.kit.common import merge_metrics
 from autotune.trainers.kit.readers.hftrainer import read_hf_trainer
-from tests.conftest import FAKES, REPO
 from tests.fake_nvml import FakeNvml
+from tests.helpers import FAKES, cli_env
 from tests.test_readers_printed import HF, SANA
 
 TRAINER = FAKES / "iterlog_trainer.py"
@@ -388,7 +387,7 @@ def test_a_single_figure_from_a_real_hf_run_is_recorded_with_its_spread_unknown(
 
 def test_the_sweep_command_names_an_unmeasured_winner_fastest_not_best_fit(tmp_path: Path) -> None:
     """``autotune sweep`` as a user runs it, with no GPU visible: its last lines never call a fit."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
+    env = cli_env(keep_pythonpath=False, CUDA_VISIBLE_DEVICES="")
     argv = [sys.executable, "-m", "autotune", "sweep", "--trainer", "command", "--cmd", TEMPLATE]
     argv += ["--vram-gb", "16", "--steps", "6", "--max-trials", "1", "--workdir", str(tmp_path / "runs")]
     argv += ["--no-hook"]  # the hook would emulate the card; without it nothing measures a peak

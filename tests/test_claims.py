@@ -30,7 +30,7 @@ from autotune.store.identity import ProcessIdentity, process_runs
 from autotune.store.recovery import fail_trial, reap_stale
 from autotune.store.storage import open_storage
 from autotune.store.study import SweepStudy
-from tests.conftest import FAKES
+from tests.helpers import FAKES, wait_for
 
 WORKER = FAKES / "claim_worker.py"
 
@@ -54,14 +54,6 @@ def _engine(url: str) -> Engine:
 
 def _other_place(name: str = "elsewhere") -> ProcessIdentity:
     return ProcessIdentity(pid=1, host=name, started=0.0, place=f"machine-{name}", name=f"{name} pid 1")
-
-
-def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize(
@@ -131,9 +123,7 @@ def test_lease_expiry_hands_the_claim_to_one_reaper_and_fences_the_holder(db_url
 
     t0 = time.monotonic()
     taken: list[object] = []
-    _wait_for(
-        lambda: bool(taken.extend(r.take_stale() for r in reapers) or any(taken)), "the lease to expire"
-    )
+    wait_for(lambda: bool(taken.extend(r.take_stale() for r in reapers) or any(taken)), "the lease to expire")
     assert time.monotonic() - t0 >= 0.3
     rows = [row for batch in taken for row in batch]  # type: ignore[union-attr]
     assert len(rows) == 1
@@ -334,7 +324,7 @@ def test_a_killed_workers_trial_is_run_again_by_another(
     place_b = ["--place", "machine-b"] if machines == "other" else []
     a = _spawn(db_url, out, "a", "--lease", lease, "--hang", "0", *place_a)
     try:
-        _wait_for(lambda: any(e[:2] == ("a", "start") for e in _events(out)), "worker a to start x=0")
+        wait_for(lambda: any(e[:2] == ("a", "start") for e in _events(out)), "worker a to start x=0")
         os.kill(a.pid, signal.SIGKILL)
         a.wait(timeout=10)
     finally:

@@ -1,4 +1,4 @@
-"""The fake LTX-2 trainer behaves like the real one (issue 16), and trials on it never resume.
+"""The fake LTX-2 trainer behaves like the real one, and trials on it never resume.
 
 Its premises are read off the real trainer's logs (``../shared/fixtures/ltx2/logs``) where they
 exist; resume, output paths and the whole-card peak follow ``trainer.py`` (cited in the fake).
@@ -17,7 +17,7 @@ import pytest
 from autotune.errors import UsageError
 from autotune.trainers import get_adapter
 from autotune.trainers.ltx2.adapter import Ltx2Adapter, short_run_recipe
-from tests.conftest import FAKES
+from tests.helpers import FAKES, need_shared
 
 FAKE = FAKES / "ltx2-trainer"
 SCRIPT = FAKE / "scripts" / "train.py"
@@ -63,9 +63,7 @@ def test_the_fakes_step_lines_are_the_real_logs(
 ) -> None:
     """Same Step lines, copies and Step-0 lines as the real trainer's log, line for line (the
     statistics block's made-up timings aside)."""
-    real = ltx2_fixtures / "logs" / name
-    if not real.is_file():
-        pytest.skip(f"{real} not found")
+    real = need_shared(ltx2_fixtures / "logs" / name)
     config = tmp_path / "c.yaml"
     config.write_text(
         f"optimization: {{steps: {steps}, batch_size: {batch}, gradient_accumulation_steps: {accum}}}\n"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shlex
 import signal
@@ -33,8 +32,8 @@ import psutil
 import pytest
 
 from autotune.cli import main
-from tests.conftest import FAKES, REPO
 from tests.faultfs import grow_tmpfs, read_only, small_tmpfs
+from tests.helpers import FAKES, autotune_argv, cli_env, wait_for
 
 PY = shlex.quote(sys.executable)
 SOAK = f"{PY} {shlex.quote(str(FAKES / 'soak_trainer.py'))} {{quantization}} {{optimizer}} {{batch_size}} {{gradient_checkpointing}}"
@@ -43,15 +42,12 @@ STUDY = "faults"
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SOAK_", "SWEEP_FAKE_"))}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
+    return cli_env(drop=("SOAK_", "SWEEP_FAKE_"), **extra)
 
 
 def _argv(workdir: Path, cmd: str, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "autotune", "sweep", "--workdir", str(workdir), "--study", STUDY,
+        *autotune_argv("sweep"), "--workdir", str(workdir), "--study", STUDY,
         "--cmd", cmd, "--vram-gb", "16", "--steps", "3", "--max-batch-size", "1048576",
         "--allow-extra-savers", "--trial-timeout", "60s", *extra,
     ]  # fmt: skip
@@ -111,11 +107,10 @@ def _gone(pid: int) -> bool:
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, f"the sweep ended early: {proc.communicate()}"
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
+    wait_for(
+        path.exists, f"{path} to appear", timeout, processes={"the sweep": proc},
+        explain=lambda: f": {proc.communicate()}" if proc.poll() is not None else "", interval_s=0.02,
+    )  # fmt: skip
 
 
 def _sha(path: Path) -> str:

@@ -134,7 +134,7 @@ def test_losses_are_the_scalars_backward_saw(tmp_path: Path) -> None:
 
 
 def test_a_diverging_loss_is_recorded_non_finite_and_read_as_nan(tmp_path: Path) -> None:
-    from autotune.core.outcome import Outcome, classify
+    from autotune.core.outcome import Outcome, explain
     from autotune.trainers.kit.readers.hookfile import read_hook_file
 
     proc, hook_file = run_hooked(tmp_path, "6", "--lr", "1e9", "--optimizer", "sgd")
@@ -144,7 +144,7 @@ def test_a_diverging_loss_is_recorded_non_finite_and_read_as_nan(tmp_path: Path)
     metrics = read_hook_file(hook_file)
     assert metrics.nan_loss
     # The outcome classification's own rule for a NaN loss, with an output that never says "nan".
-    outcome = classify(
+    outcome = explain(
         0,
         None,
         timed_out=False,
@@ -152,7 +152,7 @@ def test_a_diverging_loss_is_recorded_non_finite_and_read_as_nan(tmp_path: Path)
         interrupted=False,
         output="step 1 loss 0.5\ndone\n",
         metrics=metrics,
-    )
+    ).outcome
     assert outcome is Outcome.NAN
 
 
@@ -220,13 +220,13 @@ def test_the_emulated_card_counts_for_the_first_steps_then_steps_are_plain(tmp_p
 
 
 def test_past_the_emulated_card_the_script_dies_of_torchs_own_oom(tmp_path: Path) -> None:
-    from autotune.core.outcome import Outcome, classify
+    from autotune.core.outcome import Outcome, explain
 
     small = str(3 * _model_bytes(2048) / 1024**3)  # the weights fit, AdamW's state does not
     proc, hook_file = run_hooked(tmp_path, "3", "--hidden", "2048", env={"AUTOTUNE_EMULATED_VRAM_GB": small})
     assert proc.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory." in proc.stderr
-    outcome = classify(
+    outcome = explain(
         proc.returncode,
         None,
         timed_out=False,
@@ -234,7 +234,7 @@ def test_past_the_emulated_card_the_script_dies_of_torchs_own_oom(tmp_path: Path
         interrupted=False,
         output=proc.stdout + proc.stderr,
         metrics=None,
-    )
+    ).outcome
     assert outcome is Outcome.OOM
     exit_line = events(hook_file)[-1]
     assert exit_line["event"] == "exit" and exit_line["exception"].startswith("torch.OutOfMemoryError")

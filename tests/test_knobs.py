@@ -6,9 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config.knobs import load_space
+from autotune.config.knobs import read_knob_file
+from autotune.core.space import Space
 from autotune.errors import ConfigError
 from tests.fakes.landscape import KNOBS_YAML
+
+
+def load_space(path: Path, *, max_batch_size: int, allow_extra_savers: bool) -> Space:
+    """As the sweep reads a knob file: ``read_knob_file``, then ``Space.from_mapping``."""
+    return Space.from_mapping(
+        read_knob_file(path),
+        source=str(path),
+        max_batch_size=max_batch_size,
+        allow_extra_savers=allow_extra_savers,
+    )
 
 
 def test_knob_file_loads_saving_to_hungry(tmp_path: Path) -> None:
@@ -17,7 +28,7 @@ def test_knob_file_loads_saving_to_hungry(tmp_path: Path) -> None:
     s = load_space(path, max_batch_size=8, allow_extra_savers=False)
     assert s.names == ("quantization", "optimizer", "batch_size", "gradient_checkpointing")
     assert s.knob("quantization").values == ("int8-quanto", "none")
-    assert s.knob("batch_size").values == (1, 2, 3, 4, 5, 6, 7, 8)  # every integer (issue 17)
+    assert s.knob("batch_size").values == (1, 2, 3, 4, 5, 6, 7, 8)  # every integer
     assert s.knob("gradient_checkpointing").values == (True, False)
     assert s.batch_knob == "batch_size"
     assert len(s) == 2 * 2 * 8 * 2 == len(list(s))

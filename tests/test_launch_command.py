@@ -8,7 +8,6 @@ check it end to end.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import yaml
 
 from autotune.errors import UsageError
 from autotune.trainers import get_adapter
-from tests.conftest import FAKES, REPO
+from tests.helpers import FAKES, cli_env
 
 WINNER = {"quantization": "none", "optimizer": "adamw", "batch_size": 4, "gradient_checkpointing": False}
 
@@ -112,14 +111,9 @@ TEMPLATE = (
 
 
 def _env(tmp: Path, seen: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEP_FAKE_")}
-    env.update(
-        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-        SWEEP_FAKE_ARGV=str(seen),
-        SWEEP_FAKE_SLEEP_S="0.05",
-        SWEEP_FAKE_CARD_GB="16",
+    return cli_env(
+        drop=("SWEEP_FAKE_",), SWEEP_FAKE_ARGV=str(seen), SWEEP_FAKE_SLEEP_S="0.05", SWEEP_FAKE_CARD_GB="16"
     )
-    return env
 
 
 @pytest.mark.process

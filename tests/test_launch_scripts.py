@@ -19,7 +19,7 @@ from autotune.config.shellscript import parse_launch_script, uses_shell_syntax
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, check_program
 from autotune.trainers import adapter_class, adapter_names, get_adapter
-from tests.conftest import FAKES, REPO
+from tests.helpers import FAKES, need_shared, shared_path
 
 FAKE_SANA = FAKES / "fake_sana_train.py"
 FAKE_LTX2 = FAKES / "ltx2-trainer"
@@ -440,16 +440,7 @@ def test_the_plan_launches_with_the_trainer_python(tmp_path: Path) -> None:
 # --- the real runs: the launcher form gives the argv the real script ran with ----------------------
 
 
-def _shared(name: str) -> Path:
-    """``../shared/fixtures/<name>`` beside the checkout or a folder above it."""
-    for parent in REPO.parents:
-        candidate = parent / "shared" / "fixtures" / name
-        if candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "fixtures" / name
-
-
-SANA_REAL = _shared("sana-diffusers-real")
+SANA_REAL = shared_path("sana-diffusers-real")
 
 #: bs1_ok's and accelerate-launch's baseline.yaml, written as a user writes a launcher.
 REAL_LAUNCHER = """\
@@ -482,9 +473,7 @@ $LAUNCH train_dreambooth_lora_sana.py \\
     [("bs1_ok", "VENV/bin/python"), ("accelerate-launch", "VENV/bin/accelerate launch --num_processes 1")],
 )
 def test_a_launcher_renders_the_argv_of_the_real_run(tmp_path: Path, run: str, launch: str) -> None:
-    folder = SANA_REAL / run
-    if not folder.is_dir():
-        pytest.skip(f"real Sana runs not found at {folder}")
+    folder = need_shared(SANA_REAL / run)
     real = json.loads((folder / "argv.json").read_text())
     steps = int(real[real.index("--max_train_steps") + 1])
     adapter = get_adapter("sana")

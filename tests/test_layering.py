@@ -1,7 +1,7 @@
 """The packages of ``autotune/`` form layers: each imports only ``errors`` and the layers below it.
 
 Why: a cycle between packages (the core reading config files, the GPU package killing processes)
-is how a pure core and a thin CLI rot. The order is the README's "Architecture" section.
+is how a pure core and a thin CLI rot. The order is docs/architecture.md's.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""LTX-2 trials see the run's memory phases (issue 16, item 4): one validation pass with the
+"""LTX-2 trials see the run's memory phases: one validation pass with the
 baseline's settings, the final save, each phase's peak apart, the largest judged.
 
 End to end through ``autotune sweep --trainer ltx2`` on the fake trainer, whose validation peaks
@@ -142,7 +142,7 @@ def _sweep(tmp_path: Path, *extra: str) -> optuna.Study:
 
 @pytest.fixture
 def hook_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The trial-side hook (on by default since issue 16's hook work): its file is where the phase
+    """The trial-side hook (on by default): its file is where the phase
     peaks come from; the fake writes the hook's events itself, having no torch for it to watch."""
     init = Ltx2Adapter.__init__
 

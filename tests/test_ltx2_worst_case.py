@@ -1,4 +1,4 @@
-"""Worst-case data for LTX-2 trials (issue 16, item 5): the latents' shapes read without torch, and
+"""Worst-case data for LTX-2 trials: the latents' shapes read without torch, and
 a trial data view of the largest bucket made of links.
 
 The latent files are written by real ``torch.save`` in the layout of the trainer's

@@ -1,5 +1,5 @@
 """Count and fraction knobs (blocks swapped, a share offloaded), their refinement near the best, and
-host RAM as part of fit (issue 18): tables for the pure parts, whole searches on a modelled trainer
+host RAM as part of fit: tables for the pure parts, whole searches on a modelled trainer
 whose speed is not monotone in offload."""
 
 from __future__ import annotations

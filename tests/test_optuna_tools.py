@@ -1,4 +1,4 @@
-"""Optuna's own tools read our study and never call a config that does not fit "best" (issue 19).
+"""Optuna's own tools read our study and never call a config that does not fit "best".
 
 A real sweep runs (``python -m autotune sweep --cmd ...`` over ``tests/fakes/sweep_trainer.py``)
 on a landscape where the fastest measured trial is over the headroom line: the fake's card is
@@ -9,7 +9,6 @@ CLI, Optuna's ``study.best_trial`` and a real ``optuna-dashboard`` server on loc
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import socket
 import subprocess
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAKES, REPO
+from tests.helpers import FAKES, cli_env
 
 CARD_GB = 12.0  # fit is judged here: the line is 10.8 GB
 TEMPLATE = (
@@ -31,16 +30,12 @@ TEMPLATE = (
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEP_FAKE_")}
-    env.update(
-        {
-            "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-            "SWEEP_FAKE_LAUNCHES": str(tmp / "launches.jsonl"),
-            "SWEEP_FAKE_SLEEP_S": "0.05",
-            "SWEEP_FAKE_CARD_GB": "100",  # the trainer's own card: too-big trials complete
-        }
+    return cli_env(
+        drop=("SWEEP_FAKE_",),
+        SWEEP_FAKE_LAUNCHES=str(tmp / "launches.jsonl"),
+        SWEEP_FAKE_SLEEP_S="0.05",
+        SWEEP_FAKE_CARD_GB="100",  # the trainer's own card: too-big trials complete
     )
-    return env
 
 
 def _bin(name: str) -> str:

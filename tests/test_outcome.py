@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from autotune.core.metrics import TrialMetrics
-from autotune.core.outcome import NOTABLE_KEYWORDS, NOTABLE_SOURCE, Outcome, classify, explain, parse_oom
+from autotune.core.outcome import NOTABLE_KEYWORDS, NOTABLE_SOURCE, Outcome, explain, parse_oom
 
 TORCH_OOM = (
     "Traceback (most recent call last):\n"
@@ -154,6 +154,23 @@ TABLE = [
     ("ai-toolkit skipped a batch, ended by runner", case(-15, output=AITK_OOM_SKIP), Outcome.OOM),
     ("ai-toolkit skipped a batch, ran on", case(0, output=AITK_OOM_SKIP, metrics=MEASURED), Outcome.OOM),
     ("ai-toolkit aborts after 3", case(1, output=AITK_OOM_SKIP * 3 + AITK_OOM_ABORT), Outcome.OOM),
+    # A clean run that prints the words is no OOM: the trainer did not fail (no failed exit, no
+    # traceback, not on an exception's line).
+    (
+        "a file name with the words, clean exit",
+        case(0, output="saved /data/CUDA out of memory.png\n" + STEP_OK + STATS, metrics=MEASURED),
+        Outcome.OK,
+    ),
+    (
+        "OutOfMemoryError named in a log line, clean exit",
+        case(0, output="INFO hint: OutOfMemoryError means... lower the batch\n" + STATS, metrics=MEASURED),
+        Outcome.OK,
+    ),
+    (
+        "an exception's OOM line, caught, exit 0",
+        case(0, output="torch.OutOfMemoryError: CUDA out of memory.\n" + STATS, metrics=MEASURED),
+        Outcome.OOM,
+    ),
     (
         "ai-toolkit banner quoted mid-line",
         case(
@@ -209,8 +226,7 @@ TABLE = [
 
 
 @pytest.mark.parametrize(("name", "args", "expected"), TABLE, ids=[t[0] for t in TABLE])
-def test_classify(name: str, args: dict[str, Any], expected: Outcome) -> None:
-    assert classify(**args) is expected
+def test_explain(name: str, args: dict[str, Any], expected: Outcome) -> None:
     verdict = explain(**args)
     assert verdict.outcome is expected
     assert verdict.reason and "\n" not in verdict.reason and len(verdict.reason) < 400

@@ -21,6 +21,7 @@ import pytest
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
 
+from tests.helpers import wait_for
 from tests.pg import PostgresServer
 
 pytestmark = pytest.mark.postgres
@@ -43,14 +44,6 @@ WORKER = textwrap.dedent(
     study.optimize(objective, n_trials=1)
     """
 )
-
-
-def _wait_for(predicate, what: str, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_server_is_loopback_only_and_serves_fresh_databases(pg_server: PostgresServer, pg_url: str) -> None:
@@ -85,7 +78,7 @@ def test_killed_worker_trial_goes_stale_and_is_retried(pg_url: str, tmp_path: Pa
         text=True,
     )
     try:
-        _wait_for(started.exists, "the worker to start its trial")
+        wait_for(started.exists, "the worker to start its trial", 20.0)
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=10)
     finally:
@@ -100,7 +93,7 @@ def test_killed_worker_trial_goes_stale_and_is_retried(pg_url: str, tmp_path: Pa
         return study.get_trials(deepcopy=False)[0].state == TrialState.FAIL
 
     t0 = time.monotonic()
-    _wait_for(stale_failed, "the killed worker's trial to be failed as stale")
+    wait_for(stale_failed, "the killed worker's trial to be failed as stale", 20.0)
     assert time.monotonic() - t0 < 10
     trials = study.get_trials()
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]

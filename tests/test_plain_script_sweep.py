@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAKES, REPO
+from tests.helpers import FAKES, autotune_argv, cli_env
 
 CARD_GB = 0.01  # 10.24 MiB: batch 16 without checkpointing and 32 with it do not fit (see the fake)
 # A ladder (--batch-sizes) keeps the sweep short for CI; the integer search is tested elsewhere.
@@ -33,14 +33,12 @@ pytestmark = [pytest.mark.torch, pytest.mark.process, pytest.mark.timeout(900)]
 
 
 def _run(argv: list[str], cwd: Path, timeout: float = 800) -> subprocess.CompletedProcess[str]:
-    env = {**_clean_env(), "PYTHONPATH": str(REPO)}
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(argv, cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _clean_env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "PYTHONPATH"))}
+    """No AUTOTUNE_ variable from outside, and this checkout alone on PYTHONPATH."""
+    return cli_env(drop=("AUTOTUNE_",), keep_pythonpath=False)
 
 
 def _sweep(tmp: Path, template: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -53,7 +51,7 @@ def _sweep(tmp: Path, template: str, *extra: str) -> subprocess.CompletedProcess
 
 def _report(tmp: Path) -> dict[str, Any]:
     storage = f"sqlite:///{tmp / 'runs' / 'studies.db'}"
-    done = _run([sys.executable, "-m", "autotune", "report", "--storage", storage, "--format", "json"], tmp)
+    done = _run([*autotune_argv(), "report", "--storage", storage, "--format", "json"], tmp)
     assert done.returncode == 0, done.stdout + done.stderr
     return dict(json.loads(done.stdout))
 
@@ -114,7 +112,7 @@ def test_the_winner_fits_and_its_printed_command_runs(swept: dict[str, Any]) -> 
     elsewhere = swept["tmp"] / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
     launched = subprocess.run(
-        ["bash", "-c", command], cwd=elsewhere, env={**_clean_env(), "PYTHONPATH": str(REPO)},
+        ["bash", "-c", command], cwd=elsewhere, env=_clean_env(),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert launched.returncode == 0, launched.stdout + launched.stderr

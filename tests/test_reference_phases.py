@@ -1,4 +1,4 @@
-"""The reference trainer's validation-like pass and final save (issue 16): behind config keys,
+"""The reference trainer's validation-like pass and final save: behind config keys,
 timed apart from the training loop so a trial's overhead for them can be measured
 (``scripts/bench_phases.py``)."""
 

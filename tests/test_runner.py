@@ -321,3 +321,21 @@ def test_a_missing_program_is_a_clear_launch_error(tmp_path: Path) -> None:
 def test_run_limits_refuse_nonsense(kwargs: dict[str, float | None]) -> None:
     with pytest.raises(ValueError, match="RunLimits"):
         RunLimits(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_clean_run_that_prints_the_oom_words_is_not_ended_nor_an_oom(tmp_path: Path) -> None:
+    """A file name holding "CUDA out of memory", printed by a run that goes on and exits 0: the runner
+    does not end it after the OOM grace, and it is no OOM (no failed exit, traceback or exception line)."""
+    script = tmp_path / "clean.py"
+    script.write_text(
+        "import json, os, sys, time\n"
+        "print('saved /data/samples/CUDA out of memory.png', flush=True)\n"
+        "time.sleep(2.5)\n"
+        "json.dump({'step_time_s': 0.5}, open(os.environ['AUTOTUNE_METRICS_FILE'], 'w'))\n"
+    )
+    metrics_file = tmp_path / "trial" / "metrics-out.json"
+    env = {"AUTOTUNE_METRICS_FILE": str(metrics_file), "PYTHONUNBUFFERED": "1"}
+    launch = LaunchSpec(argv=(sys.executable, str(script)), cwd=tmp_path, env=env)
+    result = run_trial(launch, tmp_path / "trial", QUICK)  # an OOM grace of 1 s
+    assert result.returncode == 0 and result.end_reason is None and not result.oom_seen
+    assert outcome_of(result) is Outcome.OK

@@ -10,12 +10,10 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import os
 import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -32,8 +30,8 @@ from autotune.store.claims import ClaimBook
 from autotune.store.storage import open_storage
 from autotune.sweep.api import run_sweep, run_worker
 from autotune.sweep.options import OPTIONS_ATTR, SweepOptions
-from tests.conftest import FAKES, REPO
 from tests.fake_nvml import A6000, FakeNvml, fake_uuid
+from tests.helpers import FAKES, cli_env, wait_for
 
 CARD = ("NVIDIA Fake 16GB", 15.9)
 CARD_GB = 16.0
@@ -59,17 +57,12 @@ TEMPLATE = (
 
 
 def _fake_env(tmp: Path, sleep_s: float = 0.3, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWEEP_FAKE_", "PINNED_FAKE_"))}
-    env.update(
-        {
-            "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-            "PINNED_FAKE_LOG": str(tmp / "launches.jsonl"),
-            "SWEEP_FAKE_SLEEP_S": str(sleep_s),
-            "SWEEP_FAKE_CARD_GB": str(CARD_GB),
-        }
-    )
-    env.update(extra)
-    return env
+    fake = {
+        "PINNED_FAKE_LOG": str(tmp / "launches.jsonl"),
+        "SWEEP_FAKE_SLEEP_S": str(sleep_s),
+        "SWEEP_FAKE_CARD_GB": str(CARD_GB),
+    }
+    return cli_env(drop=("SWEEP_FAKE_", "PINNED_FAKE_"), **{**fake, **extra})
 
 
 def _launches(tmp: Path, event: str = "start") -> list[dict[str, Any]]:
@@ -124,18 +117,10 @@ def _wait_for(
     *,
     watch: tuple[Path, dict[str, subprocess.Popen[str]]] | None = None,
 ) -> None:
-    """Poll ``predicate``; ``watch`` = (tmp, {name: process}) whose output ``_start`` captured.
-
-    A watched process that exits ends the wait at once (what it waited for may never come),
-    and any failure shows every watched process's state and output, so a flake says why.
-    """
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        exited = [n for n, p in (watch[1] if watch else {}).items() if p.poll() is not None]
-        if exited or time.monotonic() > deadline:
-            why = f"{', '.join(exited)} exited" if exited else f"timed out after {timeout_s}s"
-            raise AssertionError(f"{why} waiting for {what}{_report(*watch) if watch else ''}")
-        time.sleep(0.05)
+    """``wait_for`` over the processes ``_start`` captured: any failure shows each one's state and output."""
+    tmp, procs = watch if watch else (None, {})
+    explain = (lambda: _report(tmp, procs)) if tmp is not None else None
+    wait_for(predicate, what, timeout_s, processes=procs, explain=explain)
 
 
 def _report(tmp: Path, procs: dict[str, subprocess.Popen[str]]) -> str:

@@ -23,7 +23,7 @@ from autotune.config.schema import ANY, BY, DEFAULT, find_unknown_keys, load_sch
 from autotune.core.space import to_study_value
 from autotune.trainers import get_adapter
 from autotune.trainers.ltx2.adapter import OPTIMIZERS, QUANTIZATIONS, Ltx2Adapter
-from tests.conftest import FAKES
+from tests.helpers import FAKES, shared_fixture
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -36,11 +36,7 @@ BATCHES = (1, 2, 4, 8)
 
 @pytest.fixture(scope="module")
 def trainer_schema() -> dict[str, Any]:
-    from tests.conftest import SHARED_LTX2
-
-    path = SHARED_LTX2 / "ltx_trainer_config.schema.json"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    path = shared_fixture("ltx2", "ltx_trainer_config.schema.json")
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 

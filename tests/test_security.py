@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from autotune.errors import ConfigError
 from autotune.execution.launch import REDACTED, LaunchSpec, is_secret_name
 from autotune.execution.runner import RunLimits, run_trial
 from autotune.trainers import Baseline, get_adapter
-from tests.conftest import FAKES, REPO
+from tests.helpers import FAKES, REPO, cli_env
 
 ARGV_TRAINER = FAKES / "argv_trainer.py"
 LIMITS = RunLimits(wall_timeout_s=60, stall_timeout_s=60, grace_s=1)
@@ -190,13 +189,13 @@ def test_sana_yaml_with_a_python_tag_never_runs_it(tmp_path: Path) -> None:
 
 
 def test_knob_files_are_read_safely(tmp_path: Path) -> None:
-    from autotune.config.knobs import load_space
+    from autotune.config.knobs import read_knob_file
 
     pwned = tmp_path / "pwned"
     knobs = tmp_path / "knobs.yaml"
     knobs.write_text(f'knobs: !!python/object/apply:os.system ["touch {pwned}"]\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="safe loader"):
-        load_space(knobs, max_batch_size=4, allow_extra_savers=False)
+        read_knob_file(knobs)
     assert not pwned.exists()
 
 
@@ -371,7 +370,7 @@ def test_secrets_never_reach_the_study_or_the_reports(tmp_path: Path) -> None:
         "env": {"HF_TOKEN": configured},
     }
     (tmp_path / "sana.yaml").write_text(json.dumps(config), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_API_KEY": inherited}
+    env = cli_env(keep_pythonpath=False, WANDB_API_KEY=inherited)
     workdir = tmp_path / "runs"
     sweep = subprocess.run(
         [sys.executable, "-m", "autotune", "sweep", "--trainer", "sana", "--config", str(tmp_path / "sana.yaml"),

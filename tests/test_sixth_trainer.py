@@ -29,14 +29,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import UsageError
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.common import (
-    check_params, effective_batch_of, hook_option, merge_metrics, read_trial_record, take_options,
+    check_params, effective_batch_of, hook_option, read_trial_record, take_options,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.chain import printed_readings
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 
@@ -81,8 +82,8 @@ class SixthAdapter(TrainerAdapter):
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
         text = read_output(trial_dir, output)
-        merged = merge_metrics(read_metrics_file(trial_dir / METRICS_FILE_NAME), *printed_readings(text))
-        return finish_metrics(merged, effective_batch_of(read_trial_record(trial_dir)), keep_reported=True)
+        own = trainer_reading(read_metrics_file(trial_dir / METRICS_FILE_NAME), *printed_readings(text), own_rate=True)
+        return combine(Readings(trainer=own, effective_batch=effective_batch_of(read_trial_record(trial_dir))))
 
     def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
         return self._text(baseline, params, gradient_accumulation_steps)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAKES, REPO
+from tests.helpers import FAKES, cli_env
 
 pytestmark = pytest.mark.soak
 
@@ -82,7 +82,7 @@ def test_200_trials_all_recorded_with_flat_memory_and_descriptors(tmp_path: Path
         f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'soak_trainer.py'))} "
         "{quantization} {optimizer} {batch_size} {gradient_checkpointing}"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = cli_env(keep_pythonpath=False, PYTHONUNBUFFERED="1")
     t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(tmp_path / "runs"), str(knobs), str(base), template, str(TRIALS)],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,12 +89,13 @@ def test_measured_candidates_get_no_verdict() -> None:
     assert cand(b=4) not in {v.candidate for v in s.ruled_out(history)}
 
 
-def test_fit_below_a_measured_fit_is_known_but_still_measured_when_it_could_win() -> None:
+def test_a_batch_below_a_measured_fit_is_still_measured_when_it_could_win() -> None:
+    """b=2 needs no more memory than b=4 with AdamW, which fit, so it fits too; no speed bound says
+    it cannot beat 1.05, so it is measured, not assumed."""
     s = strategy()
     history = [ok(cand(b=1), 1.0, 30.0), ok(cand(b=4, o="adamw"), 1.05, 50.0)]
-    assert s.fits_by_dominance(history, cand(b=2)) == [cand(b=4, o="adamw")]
-    assert s.fits_by_dominance(history, cand(b=8)) == []
-    assert cand(b=2) in s.could_win(history)  # no speed bound says b=2 cannot beat 1.05
+    assert cand(b=2) in s.could_win(history)
+    assert s.next_candidate(history) == cand(b=2)
 
 
 # -- best and near-ties -----------------------------------------------------------------------
@@ -182,20 +182,20 @@ def test_non_oom_failures_are_not_retried_forever(outcome: str) -> None:
     assert result.best is not None and result.best.candidate.params["quantization"] == "none"
 
 
-def test_next_candidate_is_fast_with_100_observations() -> None:
+def test_next_candidate_with_100_observations_answers_the_same_and_leaves_history_alone() -> None:
+    """A long history (its cost per call is measured by ``scripts/bench_strategy_calls.py``)."""
     s = Space.from_text(KNOBS_YAML, max_batch_size=32, allow_extra_savers=True)
     land = generate(7)
     history = []
     for c in list(s)[:100]:
         r = land.simulate(c.params)
         history.append(Observation(c, r.outcome, r.samples_per_s, r.peak_vram_gb, None, r.spread))
+    before = list(history)
     strat = Strategy(s, s.candidate(land.baseline), land.card_gb, land.headroom)
-    start = time.perf_counter()
-    for _ in range(5):
-        strat.next_candidate(history)
-    per_call = (time.perf_counter() - start) / 5
-    print(f"next_candidate with 100 observations, grid {len(s)}: {per_call * 1000:.1f} ms")
-    assert per_call < 0.25  # aim: well under 50 ms; generous for a loaded CI machine
+    answers = {strat.next_candidate(history) for _ in range(5)}
+    assert len(answers) == 1 and history == before
+    (answer,) = answers
+    assert answer is None or answer in set(s)
 
 
 # -- whole searches on simulated landscapes ------------------------------------------------------
@@ -332,7 +332,7 @@ def test_sim_trainer_prints_ltx2_statistics_or_a_cuda_oom(tmp_path: Path) -> Non
     assert "Training Statistics" not in run.stdout
 
 
-# -- integer batch sizes, noise, learned priors (issue 17) ----------------------------------------
+# -- integer batch sizes, noise, learned priors ----------------------------------------
 BATCH_ONLY = "knobs:\n  - name: batch_size\n    type: int\n"
 
 
@@ -404,8 +404,10 @@ def test_a_near_tie_is_remeasured_within_a_bound_then_the_baseline_once() -> Non
         assert len(asked) <= 2 * REMEASURE_RUNS
     assert Counter(asked) == {a: REMEASURE_RUNS - 1, b: REMEASURE_RUNS - 1, cand(): 1}
     assert asked[-1] == cand()  # the baseline last, once
-    best, second = s.best(history), s.runner_up(history)
-    assert best is not None and second is not None and {best.candidate, second.candidate} == {a, b}
+    best = s.best(history)
+    assert best is not None
+    second = s.best([o for o in history if o.candidate != best.candidate])  # the best set aside
+    assert second is not None and {best.candidate, second.candidate} == {a, b}
 
 
 # Each row: (label, {candidate: (samples/s, spread)} besides the baseline at 1.0, the candidates

@@ -149,7 +149,7 @@ def test_trials_record_params_attrs_and_states(tmp_path: Path) -> None:
     t2 = s.start_trial({**params, "batch_size": 4}, DISTS, {})
     s.finish_trial(t2, {"outcome": "oom", "oom_tried_gb": 2.0}, None)
     t3 = s.start_trial({**params, "batch_size": 8}, DISTS, {})
-    s.finish_trial(t3, {"outcome": "nan"}, 1.0)  # a value is never enough: only ok completes
+    s.finish_trial(t3, {"outcome": "nan"}, None)  # the verdict gives a failure no value (verdict.judge)
     done = {t.number: t for t in s.trials()}
     assert done[0].state == TrialState.COMPLETE and done[0].value == 3.5
     assert done[0].user_attrs == {"pid": 1, **measured}

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAKES, REPO
 from tests.fakes.swap_script import device_gb, step_seconds
+from tests.helpers import FAKES, autotune_argv, cli_env
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 
@@ -32,10 +32,7 @@ TEMPLATE = (
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "PYTHONPATH"))}
-    env["PYTHONPATH"] = str(REPO)
+    env = cli_env(drop=("AUTOTUNE_",), keep_pythonpath=False)
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=280)
 
 
@@ -67,7 +64,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     storage = f"sqlite:///{tmp / 'runs' / 'studies.db'}"
-    report = _run([sys.executable, "-m", "autotune", "report", "--storage", storage, "--format", "json"], tmp)
+    report = _run([*autotune_argv(), "report", "--storage", storage, "--format", "json"], tmp)
     assert report.returncode == 0, report.stdout + report.stderr
     markdown = (tmp / "runs" / "command-default" / "report.md").read_text(encoding="utf-8")
     return {"stdout": done.stdout + done.stderr, "report": json.loads(report.stdout), "markdown": markdown}

@@ -5,7 +5,6 @@ Slow (a few minutes of real CPU training): run with ``pytest -m demo``; ``script
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import cli_env
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.demo, pytest.mark.torch]
@@ -22,7 +21,7 @@ pytestmark = [pytest.mark.demo, pytest.mark.torch]
 
 @pytest.mark.timeout(660)  # its own subprocess timeout is 600 s
 def test_the_demo_runs_with_no_arguments(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = cli_env()
     t0 = time.monotonic()
     run = subprocess.run(
         [sys.executable, "-m", "autotune", "sweep"],
@@ -50,4 +49,6 @@ def test_the_demo_runs_with_no_arguments(tmp_path: Path) -> None:
     oom_logs = list((tmp_path / "autotune-runs" / "demo").glob("trial-*/stderr.log"))
     assert any("OutOfMemoryError" in p.read_text() for p in oom_logs)
     print(f"demo: {sum(outcomes.values())} trials ({dict(outcomes)}) in {wall:.0f}s")
-    assert wall < 300, f"the demo took {wall:.0f}s; it should take about 2 minutes"
+    # The search ends on its own (no candidate left that could win), not on a trial or time limit:
+    # that is what keeps the demo to minutes. Its wall time is printed above, never asserted.
+    assert any(line.startswith("sweep demo: done after ") for line in lines), run.stdout[-3000:]

@@ -27,8 +27,8 @@ from autotune.core.strategy import REMEASURE_CONTENDERS, REMEASURE_RUNS
 from autotune.store import optuna_private as op
 from autotune.store.claims import ClaimBook
 from autotune.store.storage import open_storage
-from tests.conftest import FAKES, REPO
 from tests.fakes import sweep_trainer
+from tests.helpers import FAKES, cli_env
 
 CARD_GB = 16.0
 HEADROOM = 0.1
@@ -40,17 +40,12 @@ TEMPLATE = (
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEP_FAKE_")}
-    env.update(
-        {
-            "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-            "SWEEP_FAKE_LAUNCHES": str(tmp / "launches.jsonl"),
-            "SWEEP_FAKE_SLEEP_S": "0.05",
-            "SWEEP_FAKE_CARD_GB": str(CARD_GB),
-        }
-    )
-    env.update(extra)
-    return env
+    fake = {
+        "SWEEP_FAKE_LAUNCHES": str(tmp / "launches.jsonl"),
+        "SWEEP_FAKE_SLEEP_S": "0.05",
+        "SWEEP_FAKE_CARD_GB": str(CARD_GB),
+    }
+    return cli_env(drop=("SWEEP_FAKE_",), **{**fake, **extra})
 
 
 def _argv(tmp: Path, *extra: str) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from autotune.sweep.options import OPTIONS_ATTR, SweepOptions
 from autotune.trainers import registry
 from autotune.trainers.base import Baseline
 from autotune.trainers.command.adapter import CommandAdapter
-from tests.conftest import FAKES, REPO
+from tests.helpers import FAKES, cli_env
 
 SCRIPT = f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'knob_script.py'))}"
 BATCH_ONLY = SCRIPT + " --batch-size {batch_size} --steps {steps}"
@@ -31,11 +30,9 @@ DECLARED = SCRIPT + " --batch-size {batch_size} --swap {swap} --precision {preci
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KNOB_FAKE_")}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env["KNOB_FAKE_LAUNCHES"] = str(tmp / "launches.jsonl")
-    env["KNOB_FAKE_CARD_GB"] = "4"
-    return env
+    return cli_env(
+        drop=("KNOB_FAKE_",), KNOB_FAKE_LAUNCHES=str(tmp / "launches.jsonl"), KNOB_FAKE_CARD_GB="4"
+    )
 
 
 def _sweep(tmp: Path, cmd: str, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -310,5 +310,5 @@ def test_measure_judges_the_larger_of_the_hooks_peak_and_nvmls(
         wall_s=1.0, stdout_path=tmp_path / "out.log", stderr_path=tmp_path / "out.log", output_tail="",
         measured_peak_vram_gb=nvml, peak_host_rss_gb=0.5, timeline_path=None, pid=1,
     )  # fmt: skip
-    attrs = measure(HookOnly(), result, tmp_path, 2, card_gb=16.0, headroom=0.1)  # type: ignore[arg-type]
+    attrs = measure(HookOnly(), result, tmp_path, 2, card_gb=16.0, headroom=0.1).attrs  # type: ignore[arg-type]
     assert attrs["peak_vram_gb"] == expected and attrs["measured_peak_vram_gb"] == expected

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from autotune.core.outcome import Outcome, classify
+from autotune.core.outcome import Outcome, explain
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.runner import RunLimits, run_trial
 from autotune.trainers import get_adapter
@@ -416,7 +416,7 @@ def test_the_fake_trains_on_the_trials_bucket_and_oom_skips_like_the_real_one(tm
 @pytest.mark.process
 def test_a_trial_that_skips_an_oom_batch_and_trains_on_is_ended_early_and_is_oom(tmp_path: Path) -> None:
     """ai-toolkit prints its banner and goes on (BaseSDTrainProcess.py:2633-2645): the runner ends the
-    trial ``oom_grace_s`` after it, and classify() calls it oom."""
+    trial ``oom_grace_s`` after it, and explain() calls it oom."""
     adapter, baseline = _baseline(tmp_path)
     spec = adapter.render(baseline, {}, gradient_accumulation_steps=1, steps=200, trial_dir=tmp_path / "t")
     spec = type(spec)(
@@ -432,10 +432,10 @@ def test_a_trial_that_skips_an_oom_batch_and_trains_on_is_ended_early_and_is_oom
     output = result.stdout_path.read_text() + result.stderr_path.read_text()
     metrics = adapter.read_metrics(tmp_path / "t", output)
     assert metrics.step_times_s  # it trained on after the banner
-    outcome = classify(
+    outcome = explain(
         result.returncode, result.signal, timed_out=result.timed_out, stalled=result.stalled,
         interrupted=result.interrupted, output=output, metrics=metrics,
-    )  # fmt: skip
+    ).outcome  # fmt: skip
     assert outcome is Outcome.OOM
 
 

@@ -333,10 +333,15 @@ def test_fake_trainer_output_is_read_right(tmp_path: Path, env: dict[str, str], 
     if env.get("FAKE_LTX2_WRAP") or "COLUMNS" in env:
         assert "Time/Step:      " in done.stdout  # really wrapped
     metrics = adapter.read_metrics(trial_dir, done.stdout + done.stderr)
-    assert metrics.step_times_s == [3.0, 1.0, 1.5, 1.0]
-    assert metrics.step_time_s == 1.0  # median after the first window
-    assert metrics.samples_per_s == pytest.approx(4.0)  # batch 2 x accumulation 2 per 1.0 s step
-    # The trial's validation pass (issue 16) peaks 15 % above training; the card's cache keeps it.
+    # The trainer's own figure: the mean of its Step lines after the first window (1.0, 1.5, 1.0).
+    assert metrics.trainer_step_time_s == pytest.approx(3.5 / 3)
+    assert metrics.trainer_samples_per_s == pytest.approx(4.0 / (3.5 / 3))  # batch 2 x accumulation 2
+    # The verdict's: the hook's every optimizer step (the fake writes them), steps 21..79 (step 80
+    # timed the validation pass): 20 of 1.0 s, 20 of 1.5 s, 19 of 1.0 s.
+    assert metrics.timed_by == "hook" and len(metrics.step_times_s) == 79
+    assert metrics.step_time_s == pytest.approx(69 / 59)
+    assert metrics.samples_per_s == pytest.approx(4.0 / (69 / 59))
+    # The trial's validation pass peaks 15 % above training; the card's cache keeps it.
     assert metrics.trainer_peak_vram_gb == round(31.25 * 1.15, 2)
     assert metrics.steps_per_s == pytest.approx(round(80 / (20 * 6.5), 2))
     assert metrics.losses == [0.1234] * 4 and not metrics.nan_loss
@@ -345,7 +350,7 @@ def test_fake_trainer_output_is_read_right(tmp_path: Path, env: dict[str, str], 
     assert not list((trial_dir / "output" / "checkpoints").glob("training_state_*"))
     # Read back from the runner's log files when no output is handed over.
     (trial_dir / "stdout.log").write_text(done.stdout)
-    assert adapter.read_metrics(trial_dir, "").step_time_s == 1.0
+    assert adapter.read_metrics(trial_dir, "").trainer_step_time_s == pytest.approx(3.5 / 3)
 
 
 def test_fake_trainer_nan_and_truncated_run(tmp_path: Path) -> None:
@@ -355,7 +360,8 @@ def test_fake_trainer_nan_and_truncated_run(tmp_path: Path) -> None:
     done = _run(spec, FAKE_LTX2_LOSS="nan", FAKE_LTX2_STOP_AFTER="3", FAKE_LTX2_WRAP="1")
     assert done.returncode == 1
     metrics = adapter.read_metrics(tmp_path / "t", done.stdout + done.stderr)
-    assert metrics.nan_loss and len(metrics.step_times_s) == 3
+    # The hook's every optimizer step up to the stop (3 Step lines, 20 steps each); the log's NaN counts.
+    assert metrics.nan_loss and len(metrics.step_times_s) == 60
     assert metrics.trainer_peak_vram_gb is None  # no statistics block
 
 
@@ -383,9 +389,11 @@ def test_through_the_runner_the_logs_are_read_back(tmp_path: Path) -> None:
     result = run_trial(spec, trial_dir, RunLimits(wall_timeout_s=60, stall_timeout_s=30))
     assert result.returncode == 0
     metrics = adapter.read_metrics(trial_dir, "")  # from stdout.log / stderr.log
-    assert metrics.step_times_s == [2.5, 1.0, 1.0] and metrics.step_time_s == 1.0
+    # The hook's 60 steps less the one after the validation pass; the log's lines at 20, 40, 60.
+    assert len(metrics.step_times_s) == 59 and metrics.step_time_s == 1.0
+    assert metrics.trainer_step_time_s == 1.0 and metrics.timed_by == "hook"
     assert metrics.trainer_peak_vram_gb == round(45.68 * 1.15, 2)  # the trial's validation pass
-    assert adapter.read_metrics(trial_dir, result.output_tail).step_time_s == 1.0
+    assert adapter.read_metrics(trial_dir, result.output_tail).trainer_step_time_s == 1.0
 
 
 FLOW_BASELINE = """\
@@ -463,7 +471,7 @@ NO_RESUME_LINE = "  no_resume: true\n"
 def test_real_block_style_configs_render_byte_identical_to_before(
     ltx2_fixtures: Path, tmp_path: Path
 ) -> None:
-    # Recorded before trials kept the baseline's validation pass (issue 16): the opt-out renders as then.
+    # Recorded before trials kept the baseline's validation pass: the opt-out renders as then.
     adapter = _adapter(trial_validation=False)
     checked = 0
     for name, (config_sha, render_sha) in BLOCK_STYLE_RENDERS.items():
@@ -476,7 +484,7 @@ def test_real_block_style_configs_render_byte_identical_to_before(
             trial_dir = tmp_path / config.stem / f"t{i}"
             adapter.render(baseline, params, gradient_accumulation_steps=accum, steps=60, trial_dir=trial_dir)
             rendered = (trial_dir / "config.yaml").read_text()
-            # The recipe gained checkpoints.no_resume (issue 16) after the hashes were recorded:
+            # The recipe gained checkpoints.no_resume after the hashes were recorded:
             # the one line it adds is taken out, everything else must be as before.
             assert rendered.count(NO_RESUME_LINE) == 1, name
             rendered = rendered.replace(NO_RESUME_LINE, "")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from autotune.core.outcome import Outcome, classify
+from autotune.core.outcome import Outcome, explain
 from autotune.errors import CandidateRefused, ConfigError
 from autotune.trainers import get_adapter
 from autotune.trainers.kit.readers.tqdmbar import parse_bars, read_tqdm_cumulative
@@ -446,9 +446,9 @@ def test_the_fake_runs_out_of_memory_as_torch_does_and_holds_host_memory(tmp_pat
     make_setup(tmp_path)
     done = _run_fake(tmp_path, "--max_train_steps", "3", env={"AUTOTUNE_EMULATED_VRAM_GB": "16"})
     assert done.returncode == 1 and "torch.OutOfMemoryError: CUDA out of memory" in done.stderr
-    outcome = classify(
+    outcome = explain(
         1, None, timed_out=False, stalled=False, interrupted=False, output=done.stderr, metrics=None
-    )
+    ).outcome
     assert outcome == Outcome.OOM
     swap = ("--fp8_base", "--blocks_to_swap", "36", "--max_train_steps", "3")
     fake = _fake_model()
@@ -459,9 +459,9 @@ def test_the_fake_runs_out_of_memory_as_torch_does_and_holds_host_memory(tmp_pat
     assert held >= 0.8 * modelled * 8 * 1024  # 36 swapped blocks really held in RAM (8 MB per modelled GB)
     done = _run_fake(tmp_path, *swap, env={"FAKE_MUSUBI_HOST_RAM_GB": "8"})
     assert done.returncode == 1 and "DefaultCPUAllocator" in done.stderr
-    outcome = classify(
+    outcome = explain(
         1, None, timed_out=False, stalled=False, interrupted=False, output=done.stderr, metrics=None
-    )
+    ).outcome
     assert outcome == Outcome.HOST_OOM
 
 

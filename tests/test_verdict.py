@@ -61,20 +61,33 @@ def test_judged_peak_is_the_larger_of_both(
 
 
 @pytest.mark.parametrize(
-    ("trainer", "measured", "trainers_card", "expected"),
+    ("trainer", "measured", "covers", "trainers_card", "expected"),
     [
-        (78.0, 60.0, True, 60.0),  # ours wins: the whole card held another process's 18 GB
-        (40.0, 60.0, True, 60.0),  # sampled sparsely, it missed the trial's peak: ours again
-        (78.0, None, True, 78.0),  # nothing of ours, and it is the trial's card: judged
-        (78.0, None, False, None),  # device 0 while the trial ran on another card: not judged
-        (None, 60.0, False, 60.0),
+        # ours saw every phase (the hook on CUDA, NVML per process): the whole card held another's 18 GB
+        (78.0, 60.0, True, True, 60.0),
+        (40.0, 60.0, None, True, 60.0),  # sampled sparsely, it missed the trial's peak: ours again
+        (78.0, None, None, True, 78.0),  # nothing of ours, and it is the trial's card: judged
+        (78.0, None, None, False, None),  # device 0 while the trial ran on another card: not judged
+        (None, 60.0, None, False, 60.0),
+        # ours may have missed a phase (a counter on CPU, no NVML): over 10 % above it, the larger
+        (78.0, 60.0, None, True, 78.0),
+        (34.0, 0.0, False, True, 34.0),  # a counter that saw nothing never hides the trainer's 34 GB
+        (65.0, 60.0, None, True, 60.0),  # within 10 %: ours
+        (78.0, 60.0, None, False, 60.0),  # over, but of device 0, not the trial's card: ours
     ],
 )
 def test_a_whole_card_trainer_figure_is_information_unless_nothing_better_exists(
-    trainer: float | None, measured: float | None, trainers_card: bool, expected: float | None
+    trainer: float | None,
+    measured: float | None,
+    covers: bool | None,
+    trainers_card: bool,
+    expected: float | None,
 ) -> None:
     metrics = TrialMetrics(
-        trainer_peak_vram_gb=trainer, measured_peak_vram_gb=measured, trainer_peak_device_wide=True
+        trainer_peak_vram_gb=trainer,
+        measured_peak_vram_gb=measured,
+        trainer_peak_device_wide=True,
+        measured_peak_covers_all=covers,
     )
     assert verdict.judged_peak(metrics, trainer_card_is_the_trials=trainers_card) == expected
     attrs = verdict.measured_attrs(

@@ -8,7 +8,8 @@ the file (safe YAML loader, errors naming the file) and hands the mapping to
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +44,45 @@ def read_knob_file(path: Path | str) -> Any:
     return load_yaml(text, str(path))
 
 
-def load_space(path: Path | str, *, max_batch_size: int, allow_extra_savers: bool) -> Space:
-    """The ``Space`` of knob file ``path``; errors name the file and the knob."""
-    return Space.from_mapping(
-        read_knob_file(path),
-        source=str(path),
-        max_batch_size=max_batch_size,
-        allow_extra_savers=allow_extra_savers,
-    )
+#: The knob kinds whose values are numbers, and what each must be: (smallest, largest, whole).
+_NUMERIC_KINDS: dict[str, tuple[float, float, bool]] = {
+    "int": (1, math.inf, True),
+    "count": (0, math.inf, True),
+    "fraction": (0.0, 1.0, False),
+}
+
+
+def check_baseline_values(params: Mapping[str, Any], knob_data: Any, where: Callable[[str], str]) -> None:
+    """Refuse a baseline whose numeric knob values the trainer could not run with either
+    (``batch_size: -3``, ``big``, ``.nan``, ``true``, a fraction of 1.5): a ``ConfigError``
+    naming the file and key (``where(param)``), the value and the fix, before any study exists.
+    ``knob_data``: the parsed knob file (its ``type:`` says which knobs are numbers);
+    ``gradient_accumulation_steps`` is a whole number of at least 1 for every trainer."""
+    kinds = {"gradient_accumulation_steps": "int"}
+    knobs = knob_data.get("knobs") if isinstance(knob_data, Mapping) else None
+    for knob in knobs if isinstance(knobs, list) else []:
+        if isinstance(knob, Mapping) and isinstance(knob.get("name"), str):
+            kinds[knob["name"]] = str(knob.get("type", "choice"))
+    for name, value in params.items():
+        kind = kinds.get(name)
+        if kind not in _NUMERIC_KINDS:
+            continue
+        low, high, whole = _NUMERIC_KINDS[kind]
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        ok = number and math.isfinite(value) and low <= value <= high
+        if ok and whole and not isinstance(value, int):
+            ok = kind == "count" and float(value).is_integer()  # a count may be written 2.0
+        if ok:
+            continue
+        if whole:
+            need = f"a whole number of at least {int(low)}, like {'1, 2 or 4' if low else '0, 8 or 16'}"
+        else:
+            need = "a number from 0 to 1, like 0.5"
+        shown = "nothing" if value is None else repr(value)
+        raise ConfigError(
+            f"{where(name)} is {shown}: it must be {need} ({name}); write such a value there (or "
+            "leave it out for the trainer's default) and run again"
+        )
 
 
 def trainer_fidelity(trainer: str, knobs: Sequence[str] | None = None) -> dict[str, ParamValue]:

@@ -16,6 +16,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.toml_document import TOMLDocument
 
+from autotune.core.yamltext import check_config_size
 from autotune.errors import ConfigEditError, ConfigError
 
 __all__ = ["TomlConfig", "load_toml_data"]
@@ -24,6 +25,7 @@ __all__ = ["TomlConfig", "load_toml_data"]
 def load_toml_data(text: str, source: str) -> dict[str, Any]:
     """Plain data of a TOML text; a malformed file is a ``ConfigError`` that names ``source`` and
     the line (tomlkit, not ``tomllib``: Python 3.10 has no ``tomllib``)."""
+    check_config_size(len(text), source)
     try:
         return dict(tomlkit.parse(text).unwrap())
     except TOMLKitError as exc:
@@ -35,6 +37,7 @@ class TomlConfig:
 
     def __init__(self, text: str, source: str = "<toml>") -> None:
         self.source = source
+        check_config_size(len(text), source)
         try:
             self._doc: TOMLDocument = tomlkit.parse(text)
         except TOMLKitError as exc:

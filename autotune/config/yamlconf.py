@@ -6,6 +6,7 @@ Plain data: ``autotune.core.yamltext.load_yaml``. Edits of a trainer's own file:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -14,18 +15,24 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from autotune.config import yamledit
-from autotune.core.yamltext import load_yaml
+from autotune.core.yamltext import MAX_CONFIG_BYTES, check_config_size, load_yaml
 from autotune.errors import ConfigEditError, ConfigError
 
 _MISSING = object()
 
 
 def read_config_text(path: Path, what: str = "config file") -> str:
-    """The text of a UTF-8 config file; a missing, unreadable or binary file is a ``ConfigError``
-    that names the path and what to do (never a traceback)."""
+    """The text of a UTF-8 config file; a missing, unreadable, binary or oversized
+    (``MAX_CONFIG_BYTES``) file is a ``ConfigError`` that names the path and what to do (never a
+    traceback)."""
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open(encoding="utf-8") as f:
+            size = os.fstat(f.fileno()).st_size
+            check_config_size(size, f"{what} {path}")
+            text = f.read(MAX_CONFIG_BYTES + 1)  # never more: a pipe or /dev/zero is refused fast
+        check_config_size(len(text), f"{what} {path}")
+        return text
     except FileNotFoundError:
         raise ConfigError(f"{what} not found: {path}; check the path") from None
     except IsADirectoryError:

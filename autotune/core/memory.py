@@ -88,15 +88,6 @@ def ruled_out(grid: Grid, k: Knowledge) -> list[Verdict]:
     return verdicts
 
 
-def fits_by_dominance(grid: Grid, k: Knowledge, c: Candidate) -> list[Candidate]:
-    """Measured fitting candidates of the grid that need at least as much memory as ``c``."""
-    return [
-        p.candidate
-        for p in k.points.values()
-        if p.fits and p.candidate in grid and grid.space.needs_at_least(p.candidate, c)
-    ]
-
-
 # -- the memory line ---------------------------------------------------------------------------
 def pick_batch(
     grid: Grid,

@@ -1,6 +1,6 @@
 """How a trial ended, judged by one pure function over what the runner saw.
 
-``classify`` looks at the exit (code or signal), the runner's flags (timed out,
+``explain`` looks at the exit (code or signal), the runner's flags (timed out,
 stalled, interrupted), the output text and the metrics read, and names one
 ``Outcome``. Substring matching on error text is fragile, so every pattern here
 is anchored to a real message (see tests/test_outcome.py for the table), and
@@ -10,8 +10,10 @@ not count.
 Precedence, when several apply (first wins), and why:
 
 1. ``interrupted``: the user stopped the sweep; the end says nothing about the config.
-2. ``oom``: a device OOM text anywhere. Trainers often hang or get killed after an
-   OOM (the runner ends them), so this beats timeout, stalled and crash.
+2. ``oom``: a device OOM text, where the trainer failed: a failed exit, a timeout or stall
+   (trainers often hang after an OOM; the runner ends them), a traceback, or the text on a
+   failure line (an exception's, a trainer's OOM banner). So it beats timeout, stalled and crash;
+   a clean run that merely prints the words (a file name) is not an OOM.
 3. ``host_oom`` when the runner ended the trial for passing the host RAM line (``--host-ram-gb``),
    or from text (``DefaultCPUAllocator: can't allocate memory``, ``MemoryError``).
 4. ``config_error``: a config/usage error text and a failed exit. It is a failure of
@@ -91,6 +93,13 @@ NOTABLE_SOURCE = "|".join(
     f"(?:{s})" for s in (DEVICE_OOM_SOURCE, HOST_OOM_SOURCE, CONFIG_ERROR_SOURCE, NAN_SOURCE)
 )
 ANY_OOM_SOURCE = f"(?:{DEVICE_OOM_SOURCE})|(?:{HOST_OOM_SOURCE})"
+# A line that reports a failure: an exception's (``torch.OutOfMemoryError: ...``, ``[rank0]:
+# RuntimeError: ...``) or a trainer's own OOM banner. An OOM text anywhere else (a file name, a
+# tip, a config comment a clean run echoes) is no failure of the run.
+FAILURE_LINE_SOURCE = (
+    r"^(?:\[rank\s*\d+\]:?\s*)?"
+    r"(?:[A-Za-z_][\w.]*(?:Error|Exception)\b|# OOM during|Error running job:|OOM during training)"
+)
 # Every notable text contains one of these literals. ``bytes in`` runs at memory speed while
 # the regexes above cost ~100 ms per MB, so the runner tests for these first on huge output.
 NOTABLE_KEYWORDS: tuple[bytes, ...] = (
@@ -120,6 +129,7 @@ _HOST_OOM = re.compile(HOST_OOM_SOURCE, re.M)
 _CONFIG_ERROR = re.compile(CONFIG_ERROR_SOURCE, re.M)
 _NAN = re.compile(NAN_SOURCE, re.M)
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+_FAILURE_LINE = re.compile(FAILURE_LINE_SOURCE, re.M)
 _RANK_PREFIX = re.compile(r"^\[rank\s*\d+\]:?[ \t]?", re.M)
 
 
@@ -129,30 +139,6 @@ class OutcomeReason:
 
     outcome: Outcome
     reason: str
-
-
-def classify(
-    returncode: int | None,
-    signal: int | None,
-    *,
-    timed_out: bool,
-    stalled: bool,
-    interrupted: bool,
-    output: str,
-    metrics: TrialMetrics | None,
-    host_over_gb: float | None = None,
-) -> Outcome:
-    """The trial's outcome; see the module docstring for the precedence."""
-    return explain(
-        returncode,
-        signal,
-        timed_out=timed_out,
-        stalled=stalled,
-        interrupted=interrupted,
-        output=output,
-        metrics=metrics,
-        host_over_gb=host_over_gb,
-    ).outcome
 
 
 def explain(
@@ -166,7 +152,7 @@ def explain(
     metrics: TrialMetrics | None,
     host_over_gb: float | None = None,
 ) -> OutcomeReason:
-    """Like ``classify``, with the one-line reason.
+    """The trial's outcome (see the module docstring for the precedence) and its one-line reason.
 
     ``returncode`` may be Popen's (negative for a signal) or a shell's (128 + n);
     ``signal`` is the signal that ended the process, when known; ``host_over_gb`` the host RAM
@@ -176,7 +162,10 @@ def explain(
     failed = sig is not None or (returncode is not None and returncode != 0)
     if interrupted:
         return OutcomeReason(Outcome.INTERRUPTED, "interrupted: autotune was stopped while the trial ran")
-    if m := _last(_DEVICE_OOM, output):
+    m = _last(_DEVICE_OOM, output)
+    if m and not (failed or timed_out or stalled or _TRACEBACK.search(output) or _on_failure_line(output, m)):
+        m = None  # a clean run that printed the words: its trainer did not fail
+    if m:
         details = parse_oom(output)
         extra = f" ({details.describe()})" if details and details.describe() else ""
         return OutcomeReason(Outcome.OOM, f"device out of memory{extra}: {_line_at(output, m)}")
@@ -310,6 +299,11 @@ def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     for last in pattern.finditer(text):  # noqa: B007 - we want the final match
         pass
     return last
+
+
+def _on_failure_line(text: str, match: re.Match[str]) -> bool:
+    start = text.rfind("\n", 0, match.start()) + 1
+    return _FAILURE_LINE.match(text, start) is not None
 
 
 def _line_at(text: str, match: re.Match[str]) -> str:

@@ -97,17 +97,10 @@ class Candidate:
 
     Equality and hashing ignore the order of the items, so a candidate rebuilt from
     a study's params dict equals the one the strategy proposed. Build candidates with
-    ``Space.candidate`` (validated, knob-file order) or ``Candidate.from_params``.
+    ``Space.candidate`` (validated, knob-file order).
     """
 
     items: tuple[tuple[str, ParamValue], ...]
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any], *, space: Space | None = None) -> Candidate:
-        """A candidate from study params (``None`` read as ``none``); validated when ``space`` is given."""
-        if space is not None:
-            return space.candidate(params)
-        return cls(tuple((str(k), normalize_value(v)) for k, v in params.items()))
 
     @property
     def params(self) -> dict[str, ParamValue]:

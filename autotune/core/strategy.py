@@ -131,14 +131,6 @@ class Strategy:
         """Every candidate never run because real runs proved it cannot fit (or its knobs failed)."""
         return memory.ruled_out(self._grid, self._read(history))
 
-    def fits_by_dominance(self, history: Sequence[Observation], candidate: Candidate) -> list[Candidate]:
-        """Measured fitting candidates that need at least as much memory as ``candidate``.
-
-        Non-empty means ``candidate`` fits too; it is still run when it could win on speed.
-        """
-        k = self._read(history)
-        return memory.fits_by_dominance(self._grid, k, self.space.candidate(candidate.params))
-
     # -- the best so far -------------------------------------------------------------------
     def best(self, history: Sequence[Observation]) -> Observation | None:
         """The fastest fitting finite-loss candidate; near-ties within noise go to higher fidelity."""
@@ -155,20 +147,6 @@ class Strategy:
         ]
         best = verdict.winner(pool, self.min_noise)
         return best.item if best is not None else None
-
-    def runner_up(self, history: Sequence[Observation]) -> Observation | None:
-        """The best once the best's candidate is set aside (the near-tie rule's other contender)."""
-        _, second = self._top_two(self._read(history))
-        if second is None:
-            return None
-        return Observation(second.candidate, "ok", second.samples_per_s, second.peak, True, second.spread)
-
-    def _top_two(self, k: Knowledge) -> tuple[Point | None, Point | None]:
-        best = self._best(k)
-        if best is None:
-            return None, None
-        rest = Knowledge(points={c: p for c, p in k.points.items() if c != best.candidate}, nan=k.nan)
-        return best, self._best(rest)
 
     def remeasure(self, history: Sequence[Observation]) -> Candidate | None:
         """The next re-run of a near-tie (see "Re-measure" above), or None when none is due."""

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics, merge_metrics
 from autotune.core.outcome import OomDetails, Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import fidelity_score
@@ -82,30 +82,93 @@ def fit_constraint(fit: bool | None, peak_gb: float | None, limit_gb: float, car
     return round(min(over, 0.0) if fit else max(over, _UNKNOWN_OVER_GB), 6)
 
 
+#: The trainer's and our figures differ "by more than the noise" past this (relative): then the
+#: report names both, and a trainer's larger peak is judged unless ours saw every phase.
+DISAGREE = 0.10
+
+
 def judged_peak(metrics: TrialMetrics, *, trainer_card_is_the_trials: bool = True) -> float | None:
     """The peak VRAM that fit is judged on: the trial's own.
 
     Ours (the hook's ``max_memory_reserved`` and NVML's per-process memory of the trial's tree)
     and a trainer's own per-process figure: the larger (either may miss a peak). A trainer figure
     of the whole card (LTX-2's nvidia-smi ``memory.used``: other processes included, sampled
-    sparsely, and of device 0, which a pinned worker's trial may not be on) is information only:
-    it is judged only when nothing of ours exists and ``trainer_card_is_the_trials``.
+    sparsely, and of device 0, which a pinned worker's trial may not be on) is judged when nothing
+    of ours exists and ``trainer_card_is_the_trials``, and when it exceeds ours by more than
+    ``DISAGREE`` while ours is not known to cover every phase (``measured_peak_covers_all``: the
+    hook on CUDA or NVML per process): a counter that saw nothing never hides a trainer's 34 GB.
     """
     ours = metrics.measured_peak_vram_gb
     trainer = metrics.trainer_peak_vram_gb
     if trainer is not None and metrics.trainer_peak_device_wide:
-        return ours if ours is not None else (trainer if trainer_card_is_the_trials else None)
+        if ours is None:
+            return trainer if trainer_card_is_the_trials else None
+        above = trainer > ours * (1.0 + DISAGREE)
+        return (
+            trainer if above and not metrics.measured_peak_covers_all and trainer_card_is_the_trials else ours
+        )
     peaks = [p for p in (trainer, ours) if p is not None]
     return max(peaks) if peaks else None
 
 
-def samples_per_s(metrics: TrialMetrics, effective_batch: int) -> float | None:
-    """Throughput: the trainer's own figure, else samples per optimizer step over the step time."""
+def peak_disagreement(trainer_gb: float | None, ours_gb: float | None) -> bool:
+    """Whether the trainer's peak exceeds ours by more than ``DISAGREE`` (the report names both)."""
+    return trainer_gb is not None and ours_gb is not None and trainer_gb > ours_gb * (1.0 + DISAGREE)
+
+
+def speed_disagreement(trainer_sps: float | None, ours_sps: float | None) -> float | None:
+    """The trainer's samples/s relative to ours (-0.2: 20 % under) when they differ by more than
+    ``DISAGREE``; ``None`` when they agree or one is missing."""
+    if not trainer_sps or not ours_sps or trainer_sps <= 0 or ours_sps <= 0:
+        return None
+    rel = trainer_sps / ours_sps - 1.0
+    return rel if abs(rel) > DISAGREE else None
+
+
+def combine(readings: Readings) -> TrialMetrics:
+    """One trial's metrics from its readings: the one rule for which source decides, every trainer.
+
+    - Speed: the hook's steady per-optimizer-step times whenever the hook timed the run (CUDA
+      synchronized, every step, an optimizer step each); else the trainer's own. A trainer's step
+      figure may time one micro-step x GA, be rounded, skip the synchronize or average in the
+      warm-up: it is kept beside ours (``trainer_step_time_s``, ``trainer_samples_per_s``).
+    - Samples per optimizer step: the hook's loader count where it is right
+      (``loader_count_right``), else the effective batch the trial was rendered with.
+    - The trainer's samples/s: its own stated figure (a metrics file, DeepSpeed's samples/sec),
+      else the effective batch over its step time.
+    - Everything else field by field, the hook's first when it timed the run (``merge_metrics``).
+    """
+    hook, own, batch = readings.hook, readings.trainer, readings.effective_batch
+    own_sps = _positive(own.samples_per_s)
+    if own_sps is None and batch and _positive(own.step_time_s):
+        own_sps = batch / float(own.step_time_s)  # type: ignore[arg-type]
+    counted = _positive(hook.samples_per_step) if readings.loader_count_right else None
+    if _positive(hook.step_time_s):
+        merged = merge_metrics(hook, own)
+        per_step = counted or batch
+        merged.samples_per_s = per_step / float(hook.step_time_s) if per_step else None  # type: ignore[arg-type]
+        merged.timed_by = "hook"
+    else:
+        merged = merge_metrics(own, hook)
+        step = _positive(own.step_time_s)
+        merged.samples_per_s = counted / step if counted and step and own.samples_per_s is None else own_sps
+        merged.timed_by = "trainer" if merged.samples_per_s is not None else None
+    merged.trainer_step_time_s = _positive(own.step_time_s)
+    merged.trainer_samples_per_s = own_sps
+    return merged
+
+
+def samples_per_s(metrics: TrialMetrics, effective_batch: float) -> float | None:
+    """Throughput: the combined figure (``combine``), else samples per optimizer step over the step time."""
     if metrics.samples_per_s is not None and metrics.samples_per_s > 0:
         return float(metrics.samples_per_s)
     if metrics.step_time_s is not None and metrics.step_time_s > 0:
         return effective_batch / metrics.step_time_s
     return None
+
+
+def _positive(value: float | None) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
 
 
 def measured_attrs(
@@ -137,8 +200,14 @@ def measured_attrs(
         trainer_peak_vram_gb=metrics.trainer_peak_vram_gb,
         measured_peak_vram_gb=metrics.measured_peak_vram_gb,
         peak_host_rss_gb=peak_host_rss_gb,
+        trainer_step_time_s=metrics.trainer_step_time_s,
+        trainer_samples_per_s=metrics.trainer_samples_per_s,
     )
     attrs.update({k: round(float(v), 6) for k, v in figures.items() if v is not None and math.isfinite(v)})
+    if metrics.timed_by is not None and sps is not None:
+        attrs.update(TrialRecord.attrs_of(timed_by=metrics.timed_by))
+    if peak_disagreement(metrics.trainer_peak_vram_gb, metrics.measured_peak_vram_gb):
+        attrs.update(TrialRecord.attrs_of(peak_disagrees=True))
     if outcome == Outcome.OK and sps is None:
         attrs.update(
             TrialRecord.attrs_of(
@@ -161,6 +230,135 @@ def measured_attrs(
         )
         attrs.update({k: round(float(v), 4) for k, v in details.items() if v is not None})
     return attrs
+
+
+#: A trial whose claimed speed would fit its steps into less than this share of its wall time is
+#: implausible: no trainer spends 99.9 % of a short run outside its steps.
+_IMPLAUSIBLE_SHARE = 1e-3
+#: Outcomes after which a speed figure means nothing (the step that would be timed never ran).
+_NO_SPEED = (Outcome.OOM, Outcome.HOST_OOM)
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """What the runner saw of a trial's end: the verdict's input beside the metrics read."""
+
+    returncode: int | None
+    signal: int | None = None
+    timed_out: bool = False
+    stalled: bool = False
+    interrupted: bool = False
+    output: str = ""  # the output the outcome is judged on (stdout and stderr, tails)
+    host_over_gb: float | None = None  # the host RAM line the runner ended it for passing
+    wall_s: float | None = None
+    steps: int | None = None  # optimizer steps the trial was rendered with
+    peak_host_rss_gb: float | None = None
+    nvml_peak_gb: float | None = None  # NVML's peak of the trial's processes
+    nvml_per_process: bool = False  # that peak is per process (else the device's)
+    busy: str | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """How a trial ended and what is stored: ``value`` is the study value (COMPLETE with it, FAIL
+    when ``None``), decided here and nowhere else."""
+
+    outcome: Outcome
+    reason: str
+    metrics: TrialMetrics
+    attrs: dict[str, Any]
+    value: float | None
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def implausible_speed(metrics: TrialMetrics, effective_batch: float, run: RunEnd) -> str | None:
+    """Why the trial's samples/s cannot be true, or ``None``: its steps would have taken less than
+    ``_IMPLAUSIBLE_SHARE`` of the wall time it ran, or it is far past the trainer's other figures
+    (its own steps/s, its step time)."""
+    sps = metrics.samples_per_s
+    if sps is None or sps <= 0:
+        return None
+    steps, wall = run.steps, run.wall_s
+    if steps and wall and effective_batch and steps * effective_batch / sps < _IMPLAUSIBLE_SHARE * wall:
+        return (
+            f"implausible speed: {sps:.3g} samples/s would train its {steps} steps of {effective_batch:g} "
+            f"samples in {steps * effective_batch / sps:.3g} s of the {wall:.3g} s it ran"
+        )
+    hooked = metrics.timed_by == "hook"
+    others = [  # the figures beside the one that decided (never that one again)
+        f
+        for f in (
+            metrics.steps_per_s * effective_batch if metrics.steps_per_s and effective_batch else None,
+            effective_batch / metrics.step_time_s
+            if metrics.step_time_s and effective_batch and not hooked
+            else None,
+            metrics.trainer_samples_per_s if hooked else None,
+        )
+        if f
+    ]
+    if others and sps > 100.0 * max(others):
+        return f"implausible speed: {sps:.3g} samples/s is over 100x the trainer's other figures ({max(others):.3g})"
+    return None
+
+
+def judge(
+    run: RunEnd,
+    metrics: TrialMetrics,
+    effective_batch: int,
+    card_gb: float,
+    headroom: float,
+    *,
+    trainer_card_is_the_trials: bool = True,
+    host_ram_gb: float | None = None,
+) -> Judgement:
+    """A trial judged once: its outcome (``outcome.explain``), its speed, its peak and fit, the
+    attrs it is stored with and its study value."""
+    from autotune.core import outcome as oc
+
+    ours = [p for p in (metrics.measured_peak_vram_gb, run.nvml_peak_gb) if p is not None]
+    metrics.measured_peak_vram_gb = max(ours) if ours else None
+    if run.nvml_peak_gb is not None and run.nvml_per_process:
+        metrics.measured_peak_covers_all = True
+    why = oc.explain(
+        run.returncode,
+        run.signal,
+        timed_out=run.timed_out,
+        stalled=run.stalled,
+        interrupted=run.interrupted,
+        output=run.output,
+        metrics=metrics,
+        host_over_gb=run.host_over_gb,
+    )
+    outcome, reason = Outcome(why.outcome), _one_line(str(why.reason))
+    if outcome in _NO_SPEED:  # an OOM row shows no speed: the steps it would time never finished
+        metrics.step_time_s = metrics.step_time_spread_s = metrics.samples_per_s = None
+        metrics.trainer_step_time_s = metrics.trainer_samples_per_s = None
+    suspect = implausible_speed(metrics, effective_batch, run) if outcome == Outcome.OK else None
+    if suspect is not None:
+        outcome, reason = Outcome.CRASH, suspect
+    attrs = measured_attrs(
+        outcome,
+        reason,
+        metrics,
+        effective_batch,
+        card_gb,
+        headroom,
+        peak_host_rss_gb=run.peak_host_rss_gb,
+        oom=oc.parse_oom(run.output) if outcome == Outcome.OOM else None,
+        trainer_card_is_the_trials=trainer_card_is_the_trials,
+        host_ram_gb=host_ram_gb,
+    )
+    if run.busy:
+        attrs.update(TrialRecord.attrs_of(busy_host=_one_line(run.busy)))
+    if run.wall_s is not None:
+        attrs.update(TrialRecord.attrs_of(wall_s=round(run.wall_s, 3)))
+    record = TrialRecord(-1, attrs=attrs)
+    value = record.samples_per_s if record.is_ok else None
+    return Judgement(Outcome(str(record.outcome)), str(record.reason), metrics, attrs, value)
 
 
 def record_fits(record: TrialRecord, limit_gb: float | None) -> bool | None:

@@ -1,11 +1,13 @@
 """One trial subprocess: launched, watched, limited, ended, recorded.
 
 Every trial ends, and ends completely: it runs in its own session and process
-group; a wall-clock limit, a stall limit (no output), an OOM text in its output
-and the ``stop`` event (Ctrl-C) all lead to SIGTERM to the group, a grace
-period, then SIGKILL to the group and to every descendant seen (see
-``autotune.execution.proctree``: the tree is sampled while the trial runs and descendants
-are marked through the environment, so ``setsid`` grandchildren die too).
+group, and in its own cgroup where the host allows one; a wall-clock limit, a stall limit
+(no output), an OOM text in its output and the ``stop`` event (Ctrl-C) all lead to SIGTERM
+to the group, a grace period, then SIGKILL to the cgroup, the group and every descendant
+seen (see ``autotune.execution.proctree``: the tree is sampled while the trial runs,
+descendants are marked through the environment and orphans come back to the orchestrator
+as their subreaper, so double-forked daemons die too). When the trainer exits, whatever it
+left running gets a short grace and then SIGKILL: nothing a trial started outlives it.
 
 Output streams to ``stdout.log``/``stderr.log`` through one select loop that
 keeps only a bounded tail in memory (plus the few lines that decide the
@@ -28,15 +30,24 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 import psutil
 
-from autotune.core.outcome import ANY_OOM_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
-from autotune.errors import LaunchError, TrialOutputError
+from autotune.core.outcome import ANY_OOM_SOURCE, FAILURE_LINE_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
+from autotune.errors import LaunchError, TrialDirRefused, TrialOutputError
+from autotune.execution import hookseal
+from autotune.execution.cgroup import TrialCgroup
 from autotune.execution.launch import LaunchSpec, redacted_env
 from autotune.execution.monitor import ResourceMonitor
-from autotune.execution.proctree import MARK_VAR, ProcessRecord, ProcessTree, write_process_file
+from autotune.execution.proctree import (
+    MARK_VAR,
+    ProcessRecord,
+    ProcessTree,
+    become_subreaper,
+    spawning,
+    write_process_file,
+)
 
 TAIL_BYTES = 256 * 1024  # kept in memory for classification
 NOTABLE_LINES = 40  # outcome-deciding lines kept even when they scroll out of the tail
@@ -49,6 +60,7 @@ KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for processes to disappear
 DRAIN_S = 2.0  # after every process is gone, how long to wait for the pipes to close
 
 _ANY_OOM = re.compile(ANY_OOM_SOURCE.encode(), re.M)
+_FAILURE_LINE = re.compile(FAILURE_LINE_SOURCE.encode(), re.M)
 _NOTABLE = re.compile(NOTABLE_SOURCE.encode(), re.M)
 
 
@@ -107,6 +119,9 @@ class RunResult:
     processes_seen: int = 1
     survivors: tuple[int, ...] = ()  # pids that outlived SIGKILL (uninterruptible sleep); normally empty
     busy: str | None = None  # why the host was busy while it ran (see autotune.execution.busy), else None
+    hook_lines_rejected: int = (
+        0  # lines of hook.jsonl the hook did not sign (see autotune.execution.hookseal)
+    )
 
 
 def run_trial(
@@ -136,6 +151,36 @@ def run_trial(
         return _Trial(spec, trial_dir, limits, monitor or ResourceMonitor(), stop, on_output, on_start).run()
     except OSError as exc:  # Popen's own errors are LaunchError; this is the folder
         raise output_error(exc, trial_dir) from exc
+
+
+def make_trial_dir(trial_dir: Path, root: Path) -> Path:
+    """Create ``trial_dir`` under ``root`` (the resolved workdir), refusing to go through a
+    symbolic link on the way (the study folder, the trial folder): a link planted there would
+    have every log, config and checkpoint of the trial written outside the workdir."""
+    trial_dir, root = Path(trial_dir), Path(root)
+    try:
+        parts = trial_dir.relative_to(root).parts
+    except ValueError:
+        parts = ()
+        _refuse_dir(trial_dir, root, "is not inside")
+    here = root
+    for part in parts:
+        here = here / part
+        if here.is_symlink():
+            _refuse_dir(here, root, "is a symbolic link (to " + os.readlink(here) + "), not a folder in")
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    if not trial_dir.resolve().is_relative_to(root.resolve()):
+        _refuse_dir(trial_dir, root, "leads out of")
+    return trial_dir
+
+
+def _refuse_dir(path: Path, root: Path, why: str) -> NoReturn:
+    raise TrialDirRefused(
+        f"the trial folder {path} {why} the workdir {root}: autotune writes a trial's files only "
+        "inside the workdir. Remove it (or pick another --workdir) and run the same command again",
+        path,
+        None,
+    )
 
 
 def output_error(exc: OSError, trial_dir: Path) -> TrialOutputError:
@@ -191,7 +236,9 @@ class _Output:
             line = block[start : end if end != -1 else len(block)][:1000]
             if len(self.notable) < NOTABLE_LINES and line not in self.notable:
                 self.notable.append(line)
-        if self.oom_at is None and _ANY_OOM.search(block):
+        if self.oom_at is None and any(  # only a failure's OOM line arms the OOM kill
+            _FAILURE_LINE.match(block, block.rfind(b"\n", 0, m.start()) + 1) for m in _ANY_OOM.finditer(block)
+        ):
             self.oom_at = now
 
     def tail_text(self) -> str:
@@ -237,6 +284,8 @@ class _Trial:
 
     # --- the whole run ---------------------------------------------------------------------------
     def run(self) -> RunResult:
+        if self.dir.is_symlink():
+            _refuse_dir(self.dir, self.dir.parent, "is a symbolic link, not a folder in")
         self.dir.mkdir(parents=True, exist_ok=True)
         # The caller's mark (the sweep records it on the trial) or a fresh one: the trial's only mark.
         mark = self.spec.env.get(MARK_VAR) or uuid.uuid4().hex
@@ -250,31 +299,47 @@ class _Trial:
             json.dumps(redacted_env(self.spec.env), indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
         stdout_path, stderr_path = self.dir / "stdout.log", self.dir / "stderr.log"
+        hook_path = self.spec.env.get(hookseal.HOOK_FILE_VAR)
+        hook_key = hookseal.new_key() if hook_path else None  # never written: env.json has spec.env only
         env = {**os.environ, **self.spec.env, MARK_VAR: mark}
+        if hook_key is not None:
+            env[hookseal.HOOK_KEY_VAR] = hook_key
+        else:
+            env.pop(hookseal.HOOK_KEY_VAR, None)
         started_wall = time.time()
+        become_subreaper()
+        cgroup = TrialCgroup.create(mark)
         # Unbuffered: a full disk fails the write that met it (and names the file), never a later flush.
         with stdout_path.open("wb", buffering=0) as out_log, stderr_path.open("wb", buffering=0) as err_log:
-            try:
-                proc = subprocess.Popen(
-                    list(self.spec.argv),
-                    cwd=self.spec.cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    bufsize=0,
-                )
-            except OSError as exc:
-                raise LaunchError(
-                    f"could not start the trial command {self.spec.argv[0]!r} in {self.spec.cwd}: {exc}. "
-                    "Check that the program exists and is executable and that the folder exists."
-                ) from exc
+            with spawning():
+                try:
+                    proc = subprocess.Popen(
+                        list(self.spec.argv),
+                        cwd=self.spec.cwd,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        start_new_session=True,
+                        bufsize=0,
+                        preexec_fn=cgroup.enter_hook() if cgroup is not None else None,
+                    )
+                except OSError as exc:
+                    if cgroup is not None:
+                        cgroup.remove()
+                    raise LaunchError(
+                        f"could not start the trial command {self.spec.argv[0]!r} in {self.spec.cwd}: "
+                        f"{exc}. Check that the program exists and is executable and that the folder "
+                        "exists."
+                    ) from exc
+                finally:
+                    if cgroup is not None:
+                        cgroup.close_hook()
+                tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall, cgroup=cgroup)
             t0 = time.monotonic()
             self.last_output = t0
             record = ProcessRecord(proc.pid, mark, _start_time(proc.pid, default=started_wall))
             write_process_file(self.dir, record)
-            tree = ProcessTree(proc.pid, mark=mark, started_at=started_wall)
             assert proc.stdout is not None and proc.stderr is not None
             streams = [_Stream("stdout", proc.stdout, out_log), _Stream("stderr", proc.stderr, err_log)]
             self.monitor.start(tree, self.dir / "memory.csv")
@@ -290,10 +355,15 @@ class _Trial:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=KILL_WAIT_S)
                     tree.wait_gone(KILL_WAIT_S)
+                tree.close()
                 summary = self.monitor.stop()
                 for s in streams:
                     s.pipe.close()
             wall_s = time.monotonic() - t0
+        # Every process of the trial has ended: nothing can write the hook's file any more.
+        rejected = hookseal.seal(
+            Path(hook_path) if hook_path else self.dir / hookseal.HOOK_FILE_NAME, hook_key
+        )
         rc = proc.returncode
         return RunResult(
             returncode=rc,
@@ -315,6 +385,7 @@ class _Trial:
             processes_seen=tree.seen(),
             survivors=tuple(survivors),
             busy=summary.busy,
+            hook_lines_rejected=rejected,
         )
 
     def _loop(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.core.verdict import fit_limit_gb
+from autotune.core.verdict import fit_limit_gb, peak_disagreement, speed_disagreement
 from autotune.report.model import (
     WINNER_UNMEASURED,
     Report,
@@ -128,6 +128,14 @@ def reason(r: Report, row: TrialRow) -> str:
             parts.append(
                 f"host RAM peak{shown} above the host line (--host-ram-gb less the headroom): does not fit"
             )
+    rel = speed_disagreement(row.get("trainer_samples_per_s"), row.get("samples_per_s"))
+    if rel is not None and row.get("timed_by") == "hook":
+        parts.append(f"the trainer's own samples/s is {rel * 100:+.0f} % off the hook's (see Warnings)")
+    if peak_disagreement(row.get("trainer_peak_vram_gb"), row.get("measured_peak_vram_gb")):
+        parts.append(
+            f"the trainer's peak {_gb(row.get('trainer_peak_vram_gb'))} GiB is over 10 % above ours "
+            f"{_gb(row.get('measured_peak_vram_gb'))} GiB; judged on {_gb(row.get('peak_vram_gb'))} GiB"
+        )
     if row.get("busy_host"):
         if row.outcome == "ok":
             parts.append(f"HOST BUSY while it ran, its speed is suspect: {row.get('busy_host')}")
@@ -154,6 +162,15 @@ def _peak_cells(r: Report, row: TrialRow) -> tuple[str, str, str]:
     return _gb(row.get("peak_vram_gb")), both, (_gb(left) if left is not None else "—")
 
 
+def _speed_pair(row: TrialRow) -> str:
+    """The trainer's own samples/s beside ours (the hook's); ``—`` for a figure not had."""
+    trainer, ours = row.get("trainer_samples_per_s"), row.get("samples_per_s")
+    mine = ours if row.get("timed_by") == "hook" else None  # else the trainer's own figure ranked it
+    if trainer is None and mine is None:
+        return "—"
+    return f"{_fmt(trainer) if trainer is not None else '—'} / {_fmt(mine) if mine is not None else '—'}"
+
+
 def _trial_title(row: TrialRow) -> str:
     tags = [t for t, on in (("winner", row.is_best), ("baseline", row.is_baseline)) if on]
     if row.confirm_of is not None:
@@ -169,6 +186,7 @@ TABLE_HEAD = (
     "outcome",
     "step time",
     "samples/s",
+    "trainer / ours samples/s",
     "peak GiB",
     "trainer / ours GiB",
     "left GiB",
@@ -193,6 +211,7 @@ def trial_cells(r: Report, row: TrialRow) -> list[str]:
         outcome_cell(r, row),
         _step_cell(row),
         _fmt(row.get("samples_per_s")),
+        _speed_pair(row),
         peak,
         both,
         left,

@@ -1,4 +1,4 @@
-"""The report as JSON (``report.json``): the contract of DESIGN.md, "The report", as plain data."""
+"""The report as JSON (``report.json``): the contract scripts read (docs/report.md), as plain data."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _json_pick(row: TrialRow | None) -> dict[str, Any] | None:
 
 
 def report_dict(report: Report) -> dict[str, Any]:
-    """The JSON contract (DESIGN.md, "The report") as plain data."""
+    """The JSON contract (docs/report.md) as plain data."""
     r = report
     doc = {
         "study": r.study,

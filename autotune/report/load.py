@@ -13,6 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.knobs import trainer_fidelity
 from autotune.core.space import same_param
+from autotune.core.verdict import peak_disagreement, speed_disagreement
 from autotune.errors import AutotuneError
 from autotune.report.model import (
     WINNER_UNMEASURED,
@@ -217,8 +218,52 @@ def build_report(
     return report
 
 
+def disagreement_warnings(report: Report) -> list[str]:
+    """Where the trainer's own figures and ours differ by more than 10 %: both named, and why."""
+    out = []
+    speed = [
+        (r, rel)
+        for r in report.trials
+        if r.get("timed_by") == "hook"
+        and (rel := speed_disagreement(r.get("trainer_samples_per_s"), r.get("samples_per_s"))) is not None
+    ]
+    if speed:
+        r, rel = speed[0]
+        listed = ", ".join(str(t.number) for t, _ in speed)
+        out.append(
+            f"The trainer's own samples/s differs from ours by more than 10 % on trial(s) {listed} "
+            f"(trial {r.number}: trainer {_fmt(r.get('trainer_samples_per_s'))}, ours "
+            f"{_fmt(r.get('samples_per_s'))}, {rel * 100:+.0f} %): {_speed_note(report.trainer)}. Every "
+            "trial is ranked by ours: the hook's CUDA-synchronized time of every optimizer step, warm-up "
+            "left out, the batch credited per step."
+        )
+    for r in report.trials:
+        if peak_disagreement(r.get("trainer_peak_vram_gb"), r.get("measured_peak_vram_gb")):
+            judged = r.get("peak_vram_gb")
+            out.append(
+                f"Trial {r.number}: the trainer's own peak {_gb(r.get('trainer_peak_vram_gb'))} GiB is over "
+                f"10 % above ours {_gb(r.get('measured_peak_vram_gb'))} GiB; fit was judged on "
+                f"{_gb(judged)} GiB"
+                + (
+                    " (ours saw every phase on the device)"
+                    if judged is not None and judged == r.get("measured_peak_vram_gb")
+                    else " (the larger: ours may have missed a phase)"
+                )
+                + "."
+            )
+    return out
+
+
+def _speed_note(trainer: str) -> str:
+    try:
+        return adapter_class(trainer).traits.speed_note
+    except AutotuneError:
+        return TrainerAdapter.traits.speed_note
+
+
 def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any, *, validated: bool = False) -> None:
     best, w = report.best, report.warnings
+    w.extend(disagreement_warnings(report))
     if best is None:
         return
     if winner_kind(report) == WINNER_UNMEASURED:

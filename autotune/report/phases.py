@@ -1,4 +1,4 @@
-"""Which phase set each trial's peak, and which data bucket was judged (LTX-2 trials, issue 16).
+"""Which phase set each trial's peak, and which data bucket was judged (LTX-2 trials).
 
 Read from each trial's folder, never from the study: the trial record ``render`` wrote (the
 optimizer step the validation pass followed, the bucket of the data view) and the hook's events

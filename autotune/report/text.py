@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,3 +54,29 @@ def config_text(params: Mapping[str, Any], knobs: Sequence[str]) -> str:
 
 def trials_text(n: int) -> str:
     return f"{n} trial" if n == 1 else f"{n} trials"
+
+
+_MD_ACTIVE = re.compile(r"([\\`*\[\]|])")
+
+
+def md_text(text: str) -> str:
+    """Text that may hold what a trainer printed, as literal Markdown on one line: HTML is shown,
+    never rendered (``<script>`` becomes ``&lt;script&gt;``), and Markdown's link, image, code,
+    emphasis (``*``; an intraword ``_`` is literal already) and table syntax is backslash-escaped,
+    so a viewer shows the characters as printed."""
+    text = html.escape(str(text), quote=False).replace("\r", " ").replace("\n", " ")
+    return _MD_ACTIVE.sub(r"\\\1", text)
+
+
+def md_code(text: str) -> str:
+    """``text`` as a Markdown code span whose fence is longer than any backtick run inside it."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_fence(text: str) -> str:
+    """A fence for a Markdown code block that ``text`` cannot close (longer than its backtick runs)."""
+    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
+    return "`" * (longest + 1)

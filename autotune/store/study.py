@@ -28,7 +28,6 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotune.core import verdict
-from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import Knob, to_study_value
 from autotune.errors import StorageError, StudyMismatchError, UsageError
@@ -376,13 +375,14 @@ class SweepStudy:
         self._trials[at] = cached
 
     def finish_trial(self, trial: FrozenTrial, attrs: Mapping[str, Any], value: float | None) -> FrozenTrial:
-        """Write the trial's user attrs and its fit constraint (one transaction), then COMPLETE
-        with ``value`` (measured ok and finite) or FAIL, and read the finished trial back."""
+        """Write the trial's user attrs and its fit constraint (one transaction), then COMPLETE with
+        ``value`` or FAIL when it is ``None`` (``verdict.judge`` decides the value: set only for a
+        measured ok run; a non-finite one fails, as ``Study.tell`` fails it), and read it back."""
         tid = op.trial_id(trial)
         op.write_trial_attrs(
             self.storage, tid, attrs, {op.CONSTRAINTS_KEY: [float(self.fit_constraint(attrs))]}
         )
-        ok = value is not None and math.isfinite(value) and attrs.get("outcome") == Outcome.OK.value
+        ok = value is not None and math.isfinite(value)
         if not self.storage.set_trial_state_values(
             tid,
             TrialState.COMPLETE if ok else TrialState.FAIL,

@@ -27,7 +27,7 @@ from autotune.core.space import Candidate
 from autotune.errors import CandidateRefused, ConfigError, SweepInterrupted, TrialOutputError
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.proctree import MARK_VAR, ProcessRecord
-from autotune.execution.runner import RunLimits, RunResult, output_error, run_trial
+from autotune.execution.runner import RunLimits, RunResult, make_trial_dir, output_error, run_trial
 from autotune.store.identity import ProcessIdentity
 from autotune.sweep.conclude import fastest_fitting
 from autotune.sweep.fitcheck import first_without_peak
@@ -97,7 +97,7 @@ class TrialExecutor:
         attrs_end = TrialRecord.attrs_of(trial_dir=str(trial_dir), log_path=str(trial_dir / "stdout.log"))
         try:
             try:
-                trial_dir.mkdir(parents=True, exist_ok=True)
+                make_trial_dir(trial_dir, plan.workdir)
             except OSError as exc:  # a read-only or full study folder: not the candidate's fault
                 raise output_error(exc, trial_dir) from None
             spec = plan.adapter.render(
@@ -125,11 +125,9 @@ class TrialExecutor:
             return scheduler.finish_trial(
                 trial, attrs_end, twin.value if twin.state == TrialState.COMPLETE else None
             )
-        scheduler.set_trial_attrs(
-            trial,
-            TrialRecord.attrs_of(
-                command=attrs_end["command"], trial_dir=str(trial_dir), launch_digest=digest
-            ),
+        # Written with the pid when the process starts (one write): a resume needs both together.
+        launched = TrialRecord.attrs_of(
+            command=attrs_end["command"], trial_dir=str(trial_dir), launch_digest=digest
         )
 
         limits = RunLimits(
@@ -138,7 +136,7 @@ class TrialExecutor:
             host_ram_limit_gb=plan.host_ram_gb,
         )
         before = self._gpu_used()
-        result, error = self._run_watched(spec, trial_dir, limits, trial)
+        result, error = self._run_watched(spec, trial_dir, limits, trial, launched)
         if isinstance(error, TrialOutputError):
             self._stop_for_output_error(trial, attrs_end, error)
         if error is not None:
@@ -151,24 +149,29 @@ class TrialExecutor:
             scheduler.finish_trial(trial, attrs_end, None)
             raise error
         assert result is not None
-        attrs_end.update(
-            measure(
-                plan.adapter,
-                result,
-                trial_dir,
-                effective,
-                card_gb=self.card.vram_gb,
-                headroom=opts.headroom,
-                # A trainer's whole-card figure is of device 0 (LTX-2 asks nvidia-smi for the
-                # index it sees, 0 under a pinned CUDA_VISIBLE_DEVICES): the trial's card only
-                # when that is where it runs, or when no NVML says otherwise.
-                trainer_card_is_the_trials=not self.card.indices or self.card.indices[0] == 0,
-                host_ram_gb=plan.host_ram_gb,
+        if result.hook_lines_rejected:
+            self.progress.line(
+                f"trial {trial.number}: {result.hook_lines_rejected} line(s) of hook.jsonl were not "
+                f"signed by the hook and were set aside in {trial_dir / 'hook.rejected.jsonl'}: the "
+                "trainer (or another program) wrote them; its step times and peaks come from the "
+                "hook's own lines only"
             )
+        judged = measure(
+            plan.adapter,
+            result,
+            trial_dir,
+            effective,
+            card_gb=self.card.vram_gb,
+            headroom=opts.headroom,
+            # A trainer's whole-card figure is of device 0 (LTX-2 asks nvidia-smi for the
+            # index it sees, 0 under a pinned CUDA_VISIBLE_DEVICES): the trial's card only
+            # when that is where it runs, or when no NVML says otherwise.
+            trainer_card_is_the_trials=not self.card.indices or self.card.indices[0] == 0,
+            host_ram_gb=plan.host_ram_gb,
+            steps=steps or plan.steps,
         )
-        attrs_end.update(TrialRecord.attrs_of(wall_s=round(result.wall_s, 3)))
-        record = TrialRecord(trial.number, attrs=attrs_end)
-        value = record.samples_per_s if record.is_ok else None
+        attrs_end.update(judged.attrs)
+        value = judged.value
         finished = scheduler.finish_trial(trial, attrs_end, value)
         self.progress.trial_finished(trial.number, summary(attrs_end))
         if (no_peak := first_without_peak(study, trial.number, attrs_end)) is not None:
@@ -190,7 +193,12 @@ class TrialExecutor:
         raise exc
 
     def _run_watched(
-        self, spec: LaunchSpec, trial_dir: Path, limits: RunLimits, trial: FrozenTrial
+        self,
+        spec: LaunchSpec,
+        trial_dir: Path,
+        limits: RunLimits,
+        trial: FrozenTrial,
+        launched: Mapping[str, Any],
     ) -> tuple[RunResult | None, BaseException | None]:
         """Run the trial in a worker thread; meanwhile record its pid and keep the progress view live."""
         from autotune.execution.monitor import ResourceMonitor
@@ -225,17 +233,20 @@ class TrialExecutor:
         pid_recorded = False
         while not done.wait(0.05 if not pid_recorded else 0.25):  # wakes at once when the trial ends
             if not pid_recorded and started:
-                self._record_pid(trial, started[0])
+                self._record_pid(trial, started[0], launched)
                 pid_recorded = True
             self.progress.tick()
         worker.join()
         return (result[0] if result else None), (error[0] if error else None)
 
-    def _record_pid(self, trial: FrozenTrial, process: ProcessRecord) -> None:
+    def _record_pid(self, trial: FrozenTrial, process: ProcessRecord, launched: Mapping[str, Any]) -> None:
         """Store the trial's pid/pgid and mark (the runner's ``on_start``) so a resume can end it."""
         # The start time comes with the record: asking psutil here would miss a trial that already
         # ended (a fast one), and a resume needs it to tell the pid from a reused one.
-        attrs = TrialRecord.attrs_of(pid=process.pid, pgid=process.pid, pid_start=process.started_at)
+        attrs = {
+            **launched,
+            **TrialRecord.attrs_of(pid=process.pid, pgid=process.pid, pid_start=process.started_at),
+        }
         if process.mark:
             attrs.update(TrialRecord.attrs_of(process_mark=str(process.mark)))
         self.scheduler.set_trial_attrs(trial, attrs)

@@ -13,14 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.core import outcome as oc
 from autotune.core.metrics import TrialMetrics
-from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.units import format_gb
-from autotune.core.verdict import measured_attrs
+from autotune.core.verdict import Judgement, RunEnd, judge
 from autotune.execution.runner import RunResult
 from autotune.trainers.base import TrainerAdapter
+from autotune.trainers.kit.output import read_output
 
 
 def measure(
@@ -33,47 +32,46 @@ def measure(
     headroom: float,
     trainer_card_is_the_trials: bool = True,
     host_ram_gb: float | None = None,
-) -> dict[str, Any]:
-    """Metrics, outcome and the user attrs they become; also writes ``metrics.json``.
+    steps: int | None = None,
+) -> Judgement:
+    """The trial read (``adapter.read_metrics``) and judged (``verdict.judge``, the one place);
+    also writes ``metrics.json``.
 
     Our peak is the larger of the hook's (read with the metrics) and NVML's per-process sum over
     the trial's tree (the monitor): both are the trial's own. ``trainer_card_is_the_trials``: a
     whole-card figure the trainer prints is about the trial's card (see ``verdict.judged_peak``)."""
-    output = _read_output(result)
+    output = read_output(trial_dir, "", result.stdout_path, result.stderr_path)
     try:
         metrics = adapter.read_metrics(trial_dir, output)
     except Exception as exc:  # the contract says never; a bug there must not lose the trial
         metrics = TrialMetrics(source=f"read_metrics failed: {exc}")
-    ours = [p for p in (metrics.measured_peak_vram_gb, result.measured_peak_vram_gb) if p is not None]
-    metrics.measured_peak_vram_gb = max(ours) if ours else None
-    why = oc.explain(
-        result.returncode,
-        result.signal,
+    run = RunEnd(
+        returncode=result.returncode,
+        signal=result.signal,
         timed_out=result.timed_out,
         stalled=result.stalled,
         interrupted=result.interrupted,
         output=result.output_tail,
-        metrics=metrics,
         host_over_gb=host_ram_gb if result.end_reason == "host ram" else None,
+        wall_s=result.wall_s,
+        steps=steps,
+        peak_host_rss_gb=result.peak_host_rss_gb,
+        nvml_peak_gb=result.measured_peak_vram_gb,
+        nvml_per_process=result.vram_source == "process",
+        busy=result.busy,
     )
-    outcome = Outcome(why.outcome)
-    attrs = measured_attrs(
-        outcome,
-        one_line(str(why.reason)),
+    verdict = judge(
+        run,
         metrics,
         effective,
         card_gb,
         headroom,
-        peak_host_rss_gb=result.peak_host_rss_gb,
-        oom=oc.parse_oom(output) if outcome == Outcome.OOM else None,
         trainer_card_is_the_trials=trainer_card_is_the_trials,
         host_ram_gb=host_ram_gb,
     )
-    if result.busy:
-        attrs.update(TrialRecord.attrs_of(busy_host=one_line(result.busy)))
     record = {
         **metrics.to_dict(),
-        **attrs,
+        **verdict.attrs,
         "returncode": result.returncode,
         "signal": result.signal,
         "wall_s": result.wall_s,
@@ -82,22 +80,7 @@ def measure(
         (trial_dir / "metrics.json").write_text(
             json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
         )
-    return attrs
-
-
-def _read_output(result: RunResult, limit: int = 4 * 1024 * 1024) -> str:
-    """stdout then stderr, each at most its last ``limit`` bytes (metrics sit at the end)."""
-    parts = []
-    for path in (result.stdout_path, result.stderr_path):
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, 2)
-                size = fh.tell()
-                fh.seek(max(0, size - limit))
-                parts.append(fh.read().decode("utf-8", errors="replace"))
-        except OSError:
-            continue
-    return "\n".join(parts)
+    return verdict
 
 
 def one_line(text: str, limit: int = 300) -> str:

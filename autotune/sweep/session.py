@@ -2,7 +2,7 @@
 
 For each trial: ask the strategy -> render the candidate with the trainer's adapter into
 its own folder -> run it with the runner (own process group, limits) -> read its metrics
--> classify the outcome -> tell the study, with the user attrs DESIGN.md promises. Between
+-> classify the outcome -> tell the study, with the user attrs the study promises (``core/record.py``). Between
 trials the GPU drains back to its idle level.
 
 Why it is built this way:

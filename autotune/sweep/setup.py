@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from optuna.distributions import BaseDistribution
 
-from autotune.config.knobs import read_knob_file
+from autotune.config.knobs import check_baseline_values, read_knob_file
 from autotune.core.knobflag import FLAG, DeclaredKnob, parse_knobs
 from autotune.core.space import Candidate, Space, normalize_value, same_param
 from autotune.core.strategy import Observation, Strategy, Verdict
@@ -144,7 +144,10 @@ def plan_sweep(
         baseline = adapter.with_emulated_vram(baseline, opts.vram_gb)
     gate(opts, adapter, card)
 
+    knob_path = opts.knob_file or adapter.knob_path()
+    knob_data = read_knob_file(knob_path)
     base_params = adapter.baseline_params(baseline)
+    check_baseline_values(base_params, knob_data, lambda param: adapter.knob_location(baseline, param))
     base_ga = int(base_params.pop("gradient_accumulation_steps", 1) or 1)
     base_params.update(declared_baseline(declared, base_params))
     num_gpus = max(1, baseline.num_gpus)
@@ -157,8 +160,6 @@ def plan_sweep(
         max_bs = min(max_bs, max(1, target_effective // num_gpus))
     max_bs = max(max_bs, int(base_params.get("batch_size", 1)))
 
-    knob_path = opts.knob_file or adapter.knob_path()
-    knob_data = read_knob_file(knob_path)
     full = Space.from_mapping(
         knob_data,
         source=str(knob_path),

@@ -99,6 +99,11 @@ class TrainerTraits:
     longer_input: str = "a longer or larger sample in the data"
     #: Warnings the report adds about how this trainer measures itself (one sentence each).
     report_notes: tuple[str, ...] = ()
+    #: Why this trainer's own step time may differ from the hook's (the report, past 10 %).
+    speed_note: str = (
+        "a trainer's own step figure may time one micro-step times the accumulation, be rounded, "
+        "be taken without a CUDA synchronize, or average the warm-up in"
+    )
     #: The file suffix that suits ``final_config``'s text (``best-config<suffix>``).
     config_suffix: str = ".yaml"
     #: The adapter takes a ``launcher`` option, the argv that runs Python (``--trainer-python PATH``).
@@ -129,6 +134,12 @@ class TrainerAdapter(ABC):
     name: ClassVar[str]
     #: File under ``configs/knobs/`` that lists this trainer's knobs, saving -> hungry.
     knob_file: ClassVar[str]
+    #: Param -> where the baseline config writes it (a dotted key or a flag), for messages.
+    knob_keys: ClassVar[Mapping[str, str]] = {}
+
+    def knob_location(self, baseline: Baseline, param: str) -> str:
+        """``FILE: key`` of ``param`` in the baseline, for an error that says where to fix it."""
+        return f"{baseline.path or '<config>'}: {self.knob_keys.get(param, param)}"
 
     @abstractmethod
     def load_baseline(self, config: Path | None) -> Baseline:

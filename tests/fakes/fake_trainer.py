@@ -2,8 +2,8 @@
 
     python fake_trainer.py MODE [--oom-text KIND] [--then exit|hang] [--mb N] [--steps N]
 
-Modes: succeed, oom, host-hog, hang, hang-ignore-term, grandchild, sigkill-self, nan,
-config-error, garbage-metrics, flood, crash, argparse-error, tick. It prints what the
+Modes: succeed, oom, host-hog, hang, hang-ignore-term, grandchild, daemon, escaped-hog,
+sigkill-self, nan, config-error, garbage-metrics, flood, crash, argparse-error, tick. It prints what the
 LTX-2 trainer prints (Step lines, the statistics block, its error texts) and
 announces pids as ``PID name=N`` lines so tests can check they are gone.
 Standalone on purpose: it imports nothing from autotune.
@@ -80,6 +80,43 @@ def announce(name: str, pid: int) -> None:
     print(f"PID {name}={pid}", flush=True)
 
 
+#: The escaped daemon's program: it ignores SIGTERM, writes its pid to ``argv[2]`` (a pipe), then
+#: holds ``argv[1]`` MB of touched host RAM and says ``ready`` there.
+DAEMON_CODE = (
+    "import os,signal,sys,time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "os.write(int(sys.argv[2]), b'%d\\n' % os.getpid())\n"
+    "held = bytearray(int(sys.argv[1]) * 1024 * 1024)\n"
+    "for i in range(0, len(held), 4096): held[i] = 1\n"
+    "os.write(int(sys.argv[2]), b'ready\\n'); os.close(int(sys.argv[2]))\n"
+    "while True: time.sleep(3600)\n"
+)
+
+
+def escape_daemon(mb: int) -> None:
+    """The classic daemon: fork, ``setsid``, fork again, the middle one exits at once (so the
+    daemon is an orphan that no tree walk from the trainer reaches), then ``execve`` with an
+    EMPTY environment (no ``AUTOTUNE_TRIAL_MARK`` in /proc/PID/environ) and stdio on /dev/null.
+    Announces the daemon's pid, and returns once it holds its memory."""
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        if os.fork() == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.close(read_end)
+            os.set_inheritable(write_end, True)
+            os.execve(sys.executable, [sys.executable, "-c", DAEMON_CODE, str(mb), str(write_end)], {})
+        os._exit(0)
+    os.close(write_end)
+    os.waitpid(middle, 0)
+    with os.fdopen(read_end) as ready:
+        announce("daemon", int(ready.readline()))
+        ready.readline()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("mode")
@@ -139,6 +176,14 @@ def main() -> int:
             hang()
         statistics()
         return 0
+    if args.mode == "daemon":  # leaves a daemon behind and exits cleanly
+        escape_daemon(0)
+        statistics()
+        return 0
+    if args.mode == "escaped-hog":  # an escaped daemon holds --mb of host RAM while the trainer runs on
+        escape_daemon(args.mb)
+        print("ready", flush=True)
+        hang()
     if args.mode == "sigkill-self":
         print("INFO     Loading transformer on CPU...", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)

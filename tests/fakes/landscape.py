@@ -1,7 +1,7 @@
 """Simulated LTX-2 LoRA landscapes: a memory model and a speed model per knob combination and batch.
 
 Used in-process by ``tests/test_strategy.py`` and, through ``sim_trainer.py``, as a
-real trainer subprocess by the sweep tests and the benchmark (issue 8). Time is
+real trainer subprocess by the sweep tests and the benchmark. Time is
 simulated: nothing sleeps.
 
 Calibration (GiB, seconds), from LTX2-TRAINER.md and PEERS.md:
@@ -19,7 +19,7 @@ Calibration (GiB, seconds), from LTX2-TRAINER.md and PEERS.md:
   be up to 10x slower than int2. Checkpointing off saves the recompute (0.68-0.85x).
   Near the memory limit some cards slow down (allocator retries).
 
-Variety the search was not designed on (issue 17), so a benchmark cannot be fitted to:
+Variety the search was not designed on, so a benchmark cannot be fitted to:
 - memory in steps: the caching allocator hands out blocks (``mem_step_gb``, 0.25-2 GiB on
   most landscapes) and fragmentation grows with the batch (``frag_growth``), so peaks are
   not exactly affine in the batch size;

@@ -31,6 +31,10 @@ then registers torch's global optimizer step post-hook and appends JSON lines to
   steps it counted are marked). With a GPU larger than N, the process is capped at N with
   ``torch.cuda.set_per_process_memory_fraction`` when CUDA initialises.
 
+With ``AUTOTUNE_HOOK_KEY`` set (autotune's runner sets a fresh one per trial), each line is
+``<hex HMAC-SHA256 of the JSON under that key> <JSON>``: the runner keeps only lines that carry a
+valid MAC, so records the trainer's own code writes into the file are set aside, not believed.
+
 The exit line is written at interpreter exit, after an uncaught exception too (named in
 ``exception``). Every part is guarded: if anything in the hook fails, that part switches itself off
 and the trainer runs untouched. Any other ``sitecustomize`` later on the path is run afterwards, as
@@ -94,6 +98,8 @@ class _Recorder:
         self.card_peak = None  # its peak once it stopped counting
         self.count_steps = 0
         self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the process's life
+        key = os.environ.get("AUTOTUNE_HOOK_KEY", "")
+        self.key = key.encode("ascii", "replace") if key else None
 
     # -- what a step reads ----------------------------------------------------------------------
     def _cuda_in_use(self) -> bool:
@@ -125,7 +131,13 @@ class _Recorder:
     def _write(self, record: dict[str, object]) -> None:
         import json
 
-        self.file.write(json.dumps(record) + "\n")  # NaN/Infinity as JSON's extension: json.loads reads them
+        body = json.dumps(record)  # NaN/Infinity as JSON's extension: json.loads reads them
+        if self.key is not None:
+            import hashlib
+            import hmac
+
+            body = hmac.new(self.key, body.encode("utf-8"), hashlib.sha256).hexdigest() + " " + body
+        self.file.write(body + "\n")
         self.file.flush()
 
     # -- the hooks ------------------------------------------------------------------------------

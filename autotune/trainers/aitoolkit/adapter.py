@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
@@ -39,13 +40,11 @@ from autotune.trainers.kit.common import (
     effective_batch_of,
     hook_option,
     launcher_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     same_value,
     take_options,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.aitklog import read_aitk_output
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
@@ -101,6 +100,8 @@ class AiToolkitAdapter(TrainerAdapter):
     found from the config's or the current folder when omitted), ``launcher`` (the argv that runs
     Python, ``--trainer-python``; default the checkout's ``venv/bin/python``, else ``python``),
     ``hook`` (the trial-side hook: step times, peak memory, the ``--vram-gb`` card; default on)."""
+
+    knob_keys: ClassVar[Mapping[str, str]] = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}
 
     name: ClassVar[str] = "ai-toolkit"
     knob_file: ClassVar[str] = "ai-toolkit.yaml"
@@ -296,9 +297,8 @@ class AiToolkitAdapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             text = read_output(trial_dir, output)
             bar = read_aitk_output(text, job if isinstance(job, str) else None) or TrialMetrics()
-            merged = merge_metrics(hook, file_metrics, bar)
-            counted = real_samples_per_s(hook, file_metrics)
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+            own = trainer_reading(file_metrics, bar, own_rate=False)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 
@@ -406,17 +406,16 @@ def _qtype_of(data: Mapping[str, Any]) -> Any:
     return _qtype_base(_get(data, QTYPE_KEY, DEFAULTS[QTYPE_KEY]))
 
 
-def _offload_of(data: Mapping[str, Any]) -> float:
+def _offload_of(data: Mapping[str, Any]) -> Any:
     """The transformer's offloaded fraction: 0 unless ``layer_offloading`` (a model attaches its
-    memory manager only with both, e.g. flux2_model.py:170-178), snapped to the knob's step."""
+    memory manager only with both, e.g. flux2_model.py:170-178), snapped to the knob's step. A
+    value that is no number in [0, 1] is left as written: the sweep's baseline check names it."""
     if not _get(data, OFFLOAD_KEY, DEFAULTS[OFFLOAD_KEY]):
         return 0.0
     value = _get(data, OFFLOAD_PERCENT_KEY, DEFAULTS[OFFLOAD_PERCENT_KEY])
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(
-            f"model.layer_offloading_transformer_percent must be a number in [0, 1]; got {value!r}"
-        )
-    return round(min(1.0, max(0.0, round(value / FRACTION_STEP) * FRACTION_STEP)), 2)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        return value  # (NaN fails the range too)
+    return round(round(value / FRACTION_STEP) * FRACTION_STEP, 2)
 
 
 def _positive_int(value: Any) -> bool:

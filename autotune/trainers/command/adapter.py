@@ -36,8 +36,9 @@ import yaml
 
 from autotune.config.shellscript import parse_launch_script, uses_shell_syntax
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import env_prefix
@@ -47,13 +48,11 @@ from autotune.trainers.kit.common import (
     check_positive_int,
     effective_batch_of,
     hook_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     same_value,
     take_options,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.chain import printed_readings
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.ltx2log import parse_ltx2_output
@@ -192,6 +191,9 @@ class CommandAdapter(TrainerAdapter):
             raise ConfigError(f"{config}: expected a mapping at the top of the config")
         return Baseline(trainer=self.name, text=text, data=data, path=Path(config))
 
+    def knob_location(self, baseline: Baseline, param: str) -> str:
+        return f"{baseline.path or '<config>'}: {self._keys(baseline).get(param, param)}"
+
     def _keys(self, baseline: Baseline) -> dict[str, str]:
         """Param -> dotted config key the rendered ``{config}`` writes it to. A declared knob
         (``--knob NAME=...``) is written to key NAME only where the baseline config has it."""
@@ -302,10 +304,11 @@ class CommandAdapter(TrainerAdapter):
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
             accumulation = record.get("gradient_accumulation_steps")
             printed = printed_readings(text, accumulation if isinstance(accumulation, int) else 1)
-            merged = merge_metrics(file_metrics, log, hook, *printed)
-            counted = real_samples_per_s(hook, file_metrics)
+            own = trainer_reading(file_metrics, log, *printed, own_rate=True)
             real = real_batch(text, batch)  # a diffusers-style script's partial batches count as partial
-            return finish_metrics(merged, real, keep_reported=True, counted=counted)
+            # Any script: what its data loaders yielded over the run is what it trained (a template
+            # may not name the batch at all); over the whole run a one-batch look-ahead evens out.
+            return combine(Readings(hook=hook, trainer=own, effective_batch=real, loader_count_right=True))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

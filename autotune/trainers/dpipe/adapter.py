@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.tomledit import TomlConfig, load_toml_data
-from autotune.core.metrics import TrialMetrics
+from autotune.config.yamlconf import read_config_text
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.dpipe.data import describe, keep_largest_bucket
@@ -47,13 +49,11 @@ from autotune.trainers.kit.common import (
     effective_batch_of,
     hook_option,
     launcher_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     same_value,
     take_options,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
@@ -75,6 +75,8 @@ class DiffusionPipeAdapter(TrainerAdapter):
     config's folder or the current one when omitted), ``launcher`` (argv that runs Python, the CLI's
     ``--trainer-python``: trials then run ``PYTHON -m deepspeed.launcher.runner``; default the
     ``deepspeed`` command), ``hook`` (inject the trial-side hook; default on)."""
+
+    knob_keys: ClassVar[Mapping[str, str]] = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}
 
     name: ClassVar[str] = "diffusion-pipe"
     knob_file: ClassVar[str] = "diffusion-pipe.yaml"
@@ -107,11 +109,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
                 "(its `dataset = '...'` names the dataset config)"
             )
         path = Path(config)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-        return self.baseline_from_text(text, path=path)
+        return self.baseline_from_text(read_config_text(path), path=path)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         source = str(path) if path else "<config>"
@@ -146,8 +144,8 @@ class DiffusionPipeAdapter(TrainerAdapter):
         optimizer = _table(data, "optimizer")
         swap = data.get("blocks_to_swap", 0)
         limit = self._swap_limit(baseline)
-        if isinstance(swap, int) and not isinstance(swap, bool) and limit is not None:
-            swap = max(0, min(swap, limit))  # the knob's range: the model's own maximum
+        if isinstance(swap, int) and not isinstance(swap, bool) and limit is not None and swap >= 0:
+            swap = min(swap, limit)  # the knob's range: the model's own maximum (below 0 is refused)
         return {
             "blocks_to_swap": swap,
             "transformer_dtype": model.get("transformer_dtype", model.get("dtype", "bfloat16")),
@@ -368,11 +366,10 @@ class DiffusionPipeAdapter(TrainerAdapter):
             log = read_deepspeed_steps(read_output(trial_dir, output)) or TrialMetrics()
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
-            merged = merge_metrics(log, file_metrics, hook)
             # DeepSpeed's samples/sec is micro batch x accumulation x data-parallel ranks over the
-            # step (engine.py:399-400): the hook's own count only stands in where no line was read.
-            counted = real_samples_per_s(hook, file_metrics) if log.samples_per_s is None else None
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=True, counted=counted)
+            # step (engine.py:399-400): the trainer's own figure, kept beside the hook's timing.
+            own = trainer_reading(log, file_metrics, own_rate=True)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

@@ -66,6 +66,18 @@ def set_bool_flag(args: list[str], flag: str, on: bool) -> list[str]:
     return [a for a in args if a != flag]
 
 
+def flag_number(args: Sequence[str], flag: str, default: int) -> int | str:
+    """A whole-number flag's value in a baseline command, or its text as written when it is not
+    one (``check_baseline_values`` then names the file, the flag and the value)."""
+    value = flag_value(args, flag)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
 def int_flag(args: Sequence[str], flag: str, default: int) -> int:
     """A whole-number flag's value in the command (``default`` when absent)."""
     value = flag_value(args, flag)

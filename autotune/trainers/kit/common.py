@@ -6,12 +6,12 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import merge_metrics as merge_metrics  # re-exported: the adapters, tests
 from autotune.errors import ConfigError, UsageError
+from autotune.execution.hookseal import HOOK_FILE_VAR
 from autotune.execution.launch import check_program
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME
 from autotune.trainers.kit.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
@@ -25,7 +25,7 @@ def metrics_env(trial_dir: Path) -> dict[str, str]:
 
 
 #: Where the trial-side hook writes its lines (``trials/hook/sitecustomize.py``).
-HOOK_FILE_ENV = "AUTOTUNE_HOOK_FILE"
+HOOK_FILE_ENV = HOOK_FILE_VAR
 #: The card the hook emulates (GiB): counted on CPU, a memory-fraction cap on a larger GPU.
 EMULATED_VRAM_ENV = "AUTOTUNE_EMULATED_VRAM_GB"
 
@@ -67,12 +67,6 @@ def hook_option(options: Mapping[str, Any], trainer: str) -> bool:
     return value
 
 
-def real_samples_per_s(hook: TrialMetrics, file_metrics: TrialMetrics) -> float | None:
-    """Samples/s from what the data loaders really yielded (the hook's count), unless the trainer's
-    own metrics file states its samples/s (its own figure, on purpose); ``None``: credit the batch."""
-    return hook.samples_per_s if file_metrics.samples_per_s is None else None
-
-
 def write_trial_record(trial_dir: Path, **record: Any) -> None:
     (trial_dir / TRIAL_RECORD).write_text(
         json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8"
@@ -91,44 +85,6 @@ def read_trial_record(trial_dir: Path) -> dict[str, Any]:
 def effective_batch_of(record: Mapping[str, Any]) -> int | None:
     value = record.get("effective_batch")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-#: Fields that travel with ``step_time_s`` in a merge: they describe the same series of steps.
-_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s")
-
-
-def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:
-    """Field by field, the first reading that has a value wins; sources are listed in order.
-
-    Losses: a reading that saw a non-finite loss wins over the others (any reader's NaN
-    makes the trial ``nan``)."""
-    merged = TrialMetrics()
-    # A spread belongs to the step time it was measured with: never one reader's time, another's spread.
-    timed = next((r for r in readings if r.step_time_s is not None), None)
-    peaked = next((r for r in readings if r.trainer_peak_vram_gb is not None), None)
-    for f in fields(TrialMetrics):
-        if f.name == "source":
-            continue
-        if timed is not None and f.name in _WITH_STEP_TIME:
-            setattr(merged, f.name, getattr(timed, f.name))
-            continue
-        if f.name == "trainer_peak_device_wide":  # says what the merged trainer figure is
-            merged.trainer_peak_device_wide = peaked.trainer_peak_device_wide if peaked else None
-            continue
-        if f.name == "losses" and (diverged := [r for r in readings if r.nan_loss]):
-            merged.losses = list(diverged[0].losses)
-            continue
-        for reading in readings:
-            value = getattr(reading, f.name)
-            if value not in (None, [], ""):
-                setattr(merged, f.name, value)
-                break
-    merged.source = "+".join(r.source for r in readings if r.source and _has_any(r))
-    return merged
-
-
-def _has_any(m: TrialMetrics) -> bool:
-    return any(getattr(m, f.name) not in (None, [], "") for f in fields(TrialMetrics) if f.name != "source")
 
 
 def check_params(params: Mapping[str, Any], known: Iterable[str], trainer: str) -> None:

@@ -1,40 +1,39 @@
-"""Reading a trial's output and finishing its metrics: what every adapter's ``read_metrics`` does."""
+"""Reading a trial's output and the trainer's own readings: what every adapter's ``read_metrics`` does."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import TrialMetrics, merge_metrics
 
-_MAX_LOG_BYTES = 32 * 1024 * 1024
+#: How much of each of a trial's logs is read (its end: the metrics and the failure sit there).
+LOG_TAIL_BYTES = 32 * 1024 * 1024
 
 
-def read_output(trial_dir: Path, output: str) -> str:
-    """The trial's output: as given, else what the runner wrote to ``stdout.log``/``stderr.log``."""
+def read_output(trial_dir: Path, output: str, *paths: Path) -> str:
+    """The trial's output: as given, else the last ``LOG_TAIL_BYTES`` of each of ``paths`` (default
+    the runner's ``stdout.log`` and ``stderr.log``), stdout first."""
     if output:
         return output
     parts = []
-    for name in ("stdout.log", "stderr.log"):
+    for path in paths or (trial_dir / "stdout.log", trial_dir / "stderr.log"):
         try:
-            with open(trial_dir / name, "rb") as fh:
+            with open(path, "rb") as fh:
                 fh.seek(0, os.SEEK_END)
                 size = fh.tell()
-                fh.seek(max(0, size - _MAX_LOG_BYTES))
+                fh.seek(max(0, size - LOG_TAIL_BYTES))
                 parts.append(fh.read().decode("utf-8", errors="replace"))
         except (OSError, TypeError, ValueError):
             continue
     return "\n".join(parts)
 
 
-def finish_metrics(
-    metrics: TrialMetrics, effective_batch: float | None, *, keep_reported: bool, counted: float | None = None
-) -> TrialMetrics:
-    """Samples/s: ``counted`` (the data loaders' real batches, read by the hook) when there is one,
-    else from the steady step time and the batch we asked for (the trainer's own figure is coarse)."""
-    if counted is not None:
-        metrics.samples_per_s = counted
-        return metrics
-    if effective_batch and metrics.step_time_s and not (keep_reported and metrics.samples_per_s):
-        metrics.samples_per_s = effective_batch / metrics.step_time_s
-    return metrics
+def trainer_reading(*readings: TrialMetrics, own_rate: bool) -> TrialMetrics:
+    """The trainer's own readings merged, the better first; ``own_rate``: its stated samples/s is a
+    figure to keep (DeepSpeed's, a metrics file's), else only its step time counts (a progress bar's
+    rate is of its own ``it``, not of samples)."""
+    merged = merge_metrics(*readings)
+    if not own_rate and merged.step_time_s is not None:
+        merged.samples_per_s = None
+    return merged

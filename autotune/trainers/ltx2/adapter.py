@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
 from autotune.core.timing import WARMUP_STEPS
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
@@ -27,17 +28,15 @@ from autotune.trainers.kit.common import (
     effective_batch_of,
     hook_option,
     launcher_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     same_value,
     take_options,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
-from autotune.trainers.kit.readers.phases import read_phase_peaks, without_step
+from autotune.trainers.kit.readers.phases import without_step
 from autotune.trainers.kit.yamlkeys import GRAD_ACCUM_KEY as GRAD_ACCUM_KEY  # re-exported: tests
 from autotune.trainers.kit.yamlkeys import KNOB_KEYS as KNOB_KEYS  # re-exported: tests
 from autotune.trainers.kit.yamlkeys import STEPS_KEY as STEPS_KEY  # re-exported: tests
@@ -72,6 +71,8 @@ class Ltx2Adapter(TrainerAdapter):
     baseline's validation pass; default on, the CLI's ``--no-validation-in-trials`` turns it off),
     ``data_view`` (train trials on the largest latent bucket through linked samples; default on)."""
 
+    knob_keys: ClassVar[Mapping[str, str]] = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY}
+
     name: ClassVar[str] = "ltx2"
     knob_file: ClassVar[str] = "ltx2.yaml"
     #: The real trainer knows every section of the recipe, so missing ones are added.
@@ -91,6 +92,11 @@ class Ltx2Adapter(TrainerAdapter):
             "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
             "only at a few points (start, first step, every 200 steps, end) and including other "
             "processes; autotune's own measure is shown beside it.",
+        ),
+        speed_note=(
+            "its Time/Step times ONE micro-step (the one that runs the optimizer step) and multiplies it "
+            "by the accumulation (GA-copied lines, trainer.py:275), prints it to 2 decimals, without a "
+            "CUDA synchronize and with data loading left out"
         ),
     )
 
@@ -305,20 +311,21 @@ class Ltx2Adapter(TrainerAdapter):
             parsed = parse_ltx2_output(read_output(trial_dir, output))
             if validation_step is not None:  # that step's line timed the validation pass too
                 parsed.steps = [s for s in parsed.steps if s.step != validation_step]
-            log = parsed.to_metrics(effective_batch_of(record))
-            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
+            batch = effective_batch_of(record)
+            own = trainer_reading(  # its Samples/second ignores GA: the batch over its step time instead
+                *self._trainer_order(
+                    parsed.to_metrics(batch), read_metrics_file(trial_dir / METRICS_FILE_NAME)
+                ),
+                own_rate=False,
+            )
             hook = without_step(read_hook_file(trial_dir / HOOK_FILE_NAME), validation_step)
-            merged = merge_metrics(*self._reading_order(log, file_metrics, hook))
-            phases = read_phase_peaks(trial_dir / HOOK_FILE_NAME, validation_step)
-            if phases.peak_gb is not None:  # the largest phase is the trial's peak
-                merged.measured_peak_vram_gb = max(merged.measured_peak_vram_gb or 0.0, phases.peak_gb)
-            counted = real_samples_per_s(hook, file_metrics)
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=batch))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 
-    def _reading_order(self, log: TrialMetrics, file: TrialMetrics, hook: TrialMetrics) -> list[TrialMetrics]:
-        return [log, file, hook]
+    def _trainer_order(self, log: TrialMetrics, file: TrialMetrics) -> list[TrialMetrics]:
+        """The trainer's own readings, the better first (the hook's is not among them: ``combine``)."""
+        return [log, file]
 
     # --- the full run --------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,16 +51,17 @@ import yaml
 
 from autotune.config.tomledit import TomlConfig
 from autotune.config.yamlconf import read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.launch import redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.argv import (
     drop_value_flag,
+    flag_number,
     flag_value,
     has_flag,
-    int_flag,
     set_bool_flag,
     set_value_flag,
 )
@@ -70,9 +71,7 @@ from autotune.trainers.kit.common import (
     effective_batch_of,
     hook_option,
     launcher_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     take_options,
 )
 from autotune.trainers.kit.launchscript import (
@@ -81,7 +80,7 @@ from autotune.trainers.kit.launchscript import (
     record_from_command,
     record_from_yaml,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
@@ -154,6 +153,17 @@ class MusubiAdapter(TrainerAdapter):
     command's ``cd``, else its file's folder), ``launcher`` (argv that runs Python in place of the
     command's ``accelerate launch ...``, the CLI's ``--trainer-python``), ``hook`` (the trial-side
     hook: step times, peak memory, the ``--vram-gb`` card; default on)."""
+
+    knob_keys: ClassVar[Mapping[str, str]] = {
+        "blocks_to_swap": SWAP_FLAG,
+        "gradient_accumulation_steps": GRAD_ACCUM_FLAG,
+        "optimizer": OPTIMIZER_FLAG,
+    }
+
+    def knob_location(self, baseline: Baseline, param: str) -> str:
+        if param == "batch_size":  # the dataset config's, not the command's
+            return f"{baseline.data.get('dataset_path', '<dataset config>')}: batch_size"
+        return super().knob_location(baseline, param)
 
     name: ClassVar[str] = "musubi"
     knob_file: ClassVar[str] = "musubi.yaml"
@@ -251,7 +261,7 @@ class MusubiAdapter(TrainerAdapter):
             "optimizer": optimizer if optimizer in OPTIMIZERS else "adamw",
             "split_attn": has_flag(args, "--split_attn"),
             "batch_size": self._batch_of(baseline),
-            "gradient_accumulation_steps": int_flag(args, GRAD_ACCUM_FLAG, 1),  # parser_common.py:191-196
+            "gradient_accumulation_steps": flag_number(args, GRAD_ACCUM_FLAG, 1),  # parser_common.py:191-196
         }
 
     def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
@@ -261,9 +271,13 @@ class MusubiAdapter(TrainerAdapter):
         optimizer = (flag_value(baseline.data["args"], OPTIMIZER_FLAG) or "adamw").lower()
         return [n for n in names if n != "optimizer" or optimizer in OPTIMIZERS]
 
-    def _swap_of(self, baseline: Baseline) -> int:
-        value = int_flag(baseline.data["args"], SWAP_FLAG, 0)
-        return max(0, min(value, swap_maximum(baseline.data["script"], baseline.data["args"])))
+    def _swap_of(self, baseline: Baseline) -> int | str:
+        """The baseline's swap, capped at the model's maximum; a negative or non-number is left
+        as written for the baseline check to name."""
+        value = flag_number(baseline.data["args"], SWAP_FLAG, 0)
+        if isinstance(value, int) and value >= 0:
+            return min(value, swap_maximum(baseline.data["script"], baseline.data["args"]))
+        return value
 
     def _batch_of(self, baseline: Baseline) -> int:
         toml = TomlConfig(baseline.data["dataset_text"], baseline.data["dataset_path"])
@@ -405,9 +419,8 @@ class MusubiAdapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             text = read_output(trial_dir, output)
             bar = read_tqdm_cumulative(text) or TrialMetrics()
-            merged = merge_metrics(hook, file_metrics, bar)
-            counted = real_samples_per_s(hook, file_metrics)
-            return finish_metrics(merged, effective_batch_of(record), keep_reported=False, counted=counted)
+            own = trainer_reading(file_metrics, bar, own_rate=False)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

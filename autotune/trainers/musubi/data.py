@@ -70,6 +70,16 @@ def _pair(value: Any, source: str, key: str) -> tuple[int, int]:
     raise ConfigError(f"{source}: {key} must be a whole number or [width, height]; got {value!r}")
 
 
+def _whole(value: Any, source: str, key: str) -> int:
+    """A setting the trainer reads as a positive int (config_utils.py:32-43 @ 30c658c)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"{source}: {key} is {value!r}: it must be a whole number of at least 1, like 1, 2 or 4; "
+            "write such a value there and run again"
+        )
+    return value
+
+
 def _divisible(num: int, step: int) -> int:
     return num - num % step  # media_utils.py:97-98 @ 30c658c
 
@@ -132,10 +142,10 @@ def read_datasets(toml: TomlConfig, base: Path, arch: str) -> list[DatasetCaches
         resolution = _pair(_setting(ds, general, "resolution", DEFAULTS["resolution"]), where, "resolution")
         enable = bool(_setting(ds, general, "enable_bucket", False))
         no_upscale = bool(_setting(ds, general, "bucket_no_upscale", False))
-        batch = _setting(ds, general, "batch_size", DEFAULTS["batch_size"])
-        repeats = _setting(ds, general, "num_repeats", DEFAULTS["num_repeats"])
+        batch = _whole(_setting(ds, general, "batch_size", DEFAULTS["batch_size"]), where, "batch_size")
+        repeats = _whole(_setting(ds, general, "num_repeats", DEFAULTS["num_repeats"]), where, "num_repeats")
         cache_dir = (base / Path(folder).expanduser()).absolute()
-        entry = DatasetCaches(i, cache_dir, int(batch), max(1, int(repeats)))
+        entry = DatasetCaches(i, cache_dir, batch, repeats)
         try:
             names = sorted(os.listdir(cache_dir))
         except OSError:

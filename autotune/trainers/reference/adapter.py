@@ -107,5 +107,5 @@ class ReferenceAdapter(Ltx2Adapter):
     def accelerate_launcher(self) -> list[str]:
         return [*self.python_launcher(), "-m", "accelerate.commands.launch"]
 
-    def _reading_order(self, log: TrialMetrics, file: TrialMetrics, hook: TrialMetrics) -> list[TrialMetrics]:
-        return [file, log, hook]
+    def _trainer_order(self, log: TrialMetrics, file: TrialMetrics) -> list[TrialMetrics]:
+        return [file, log]  # its metrics file times every step, its Step lines one in 20

@@ -24,19 +24,22 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 
 from autotune.config.yamlconf import read_config_text
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import Readings, TrialMetrics
+from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import redacted_env
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.argv import (
     drop_value_flag,
+    flag_number,
     flag_value,
     has_flag,
     int_flag,
@@ -49,9 +52,7 @@ from autotune.trainers.kit.common import (
     effective_batch_of,
     hook_option,
     launcher_option,
-    merge_metrics,
     read_trial_record,
-    real_samples_per_s,
     take_options,
 )
 from autotune.trainers.kit.launchscript import (
@@ -60,7 +61,7 @@ from autotune.trainers.kit.launchscript import (
     record_from_command,
     record_from_yaml,
 )
-from autotune.trainers.kit.output import finish_metrics, read_output
+from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.runblock import real_batch
@@ -99,6 +100,12 @@ class SanaAdapter(TrainerAdapter):
     """Options: ``launcher`` (argv that runs Python; overrides the baseline's), ``hook``
     (inject the trial-side hook: step times, memory, losses, real batches, the ``--vram-gb`` card;
     default on)."""
+
+    knob_keys: ClassVar[Mapping[str, str]] = {
+        "batch_size": BATCH_FLAG,
+        "gradient_accumulation_steps": GRAD_ACCUM_FLAG,
+        **BOOL_FLAGS,
+    }
 
     name: ClassVar[str] = "sana"
     knob_file: ClassVar[str] = "sana.yaml"
@@ -146,9 +153,9 @@ class SanaAdapter(TrainerAdapter):
             "offload": has_flag(args, BOOL_FLAGS["offload"]),
             "cache_latents": has_flag(args, BOOL_FLAGS["cache_latents"]),
             "optimizer": "adamw8bit" if has_flag(args, ADAM8_FLAG) else "adamw",
-            "batch_size": int_flag(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
+            "batch_size": flag_number(args, BATCH_FLAG, SCRIPT_DEFAULTS["batch_size"]),
             "gradient_checkpointing": has_flag(args, BOOL_FLAGS["gradient_checkpointing"]),
-            "gradient_accumulation_steps": int_flag(
+            "gradient_accumulation_steps": flag_number(
                 args, GRAD_ACCUM_FLAG, SCRIPT_DEFAULTS["gradient_accumulation_steps"]
             ),
         }
@@ -229,10 +236,9 @@ class SanaAdapter(TrainerAdapter):
             file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
             text = read_output(trial_dir, output)
             tqdm = read_tqdm(text) or TrialMetrics()  # time, spread and losses
-            merged = merge_metrics(hook, file_metrics, tqdm)
-            counted = real_samples_per_s(hook, file_metrics)
+            own = trainer_reading(file_metrics, tqdm, own_rate=False)
             batch = real_batch(text, effective_batch_of(record))  # partial batches count as partial
-            return finish_metrics(merged, batch, keep_reported=False, counted=counted)
+            return combine(Readings(hook=hook, trainer=own, effective_batch=batch))
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 

@@ -5,14 +5,22 @@ The hook appends one JSON object per line: ``{"event": "step", "step": n, "t": .
 "loss": l|null, "samples": k|null, "counted": bool, "pid": p}`` per optimizer step, a ``card``
 line when it emulates a card, and ``{"event": "exit", ..., "steps": n, "loss": l|null}`` at exit.
 Several processes (accelerate ranks) may append to one file. A trial killed mid-write leaves a
-torn last line, so the reader skips what it cannot parse and never raises.
+torn last line, so the reader skips what it cannot parse and never raises. Under autotune's
+runner the hook signs every line and the runner keeps only the signed ones
+(``autotune.execution.hookseal``): what this reads is what the hook wrote.
 
 - Step time: the steady state of one process's series (ranks step in lockstep), leaving out the
   steps the emulated card counted (its per-op bookkeeping is not the trainer's speed) when any
   others are left, as the reference trainer does.
-- Samples/s: where the data loaders' real batches were counted (``samples``), each process's
-  mean samples per steady step over its steady step time, summed over the processes; else none
-  (the adapter then credits batch x accumulation x GPUs over the step time).
+- Samples per step (``samples_per_step``): where the data loaders' batches were counted
+  (``samples``), each process's total over ALL its steps divided by its step count, summed over
+  the processes. Under accelerate's one-batch look-ahead (``DataLoaderShard.__iter__`` takes the
+  first batch, then the next before yielding the current: accelerate/data_loader.py:586 and 598
+  at 16cb6eb) a loader counts ``2,1,1,...,1,0`` per step: the total is right, any window of it
+  is not (and a run stopped mid-epoch counts one batch it never trained). No samples/s is
+  stated here: the verdict divides what it credits by the step time.
+- Peak: ``measured_peak_covers_all`` when the figures are CUDA's own (no card event says the
+  emulated card counted them): the allocator saw every phase of the process.
 - Losses: every recorded loss, NaN and inf included (JSON's ``NaN``/``Infinity``), so a
   non-finite one makes the trial ``nan`` through ``TrialMetrics.nan_loss``.
 """
@@ -27,9 +35,10 @@ from typing import Any
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.timing import steady_state, warmup_count
+from autotune.execution.hookseal import HOOK_FILE_NAME
+from autotune.execution.hookseal import MAX_BYTES as _MAX_BYTES  # a runaway file must not eat our memory
 
-HOOK_FILE_NAME = "hook.jsonl"
-_MAX_BYTES = 64 * 1024 * 1024  # a runaway file must not eat the orchestrator's memory
+__all__ = ["HOOK_FILE_NAME", "load_event", "read_hook_file"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,7 @@ def read_hook_file(path: Path) -> TrialMetrics:
     text = data.decode("utf-8", errors="replace")
     steps: dict[int | str | None, list[_Step]] = {}
     peaks: list[float] = []
+    counted_card = False
     losses: list[tuple[int, float]] = []
     for line in text.splitlines():
         event = load_event(line)
@@ -64,6 +74,8 @@ def read_hook_file(path: Path) -> TrialMetrics:
         loss = _loss(event.get("loss"))
         if loss is not None and event.get("event") in ("step", "exit"):
             losses.append((len(losses), loss))
+        if event.get("event") == "card" and event.get("mode") == "counted":
+            counted_card = True
         if event.get("event") == "step":
             step_time = gb_figure(event.get("step_time_s"))
             step = event.get("step")
@@ -80,9 +92,10 @@ def read_hook_file(path: Path) -> TrialMetrics:
         metrics.step_times_s = [s.time_s for s in series]
         times = [s.time_s for s in _steady(series)]
         metrics.step_time_s, metrics.step_time_spread_s = steady_state(times, 0)
-        metrics.samples_per_s = _samples_per_s(steps.values())
+        metrics.samples_per_step = _samples_per_step(steps.values())
     if peaks:
         metrics.measured_peak_vram_gb = max(peaks)
+        metrics.measured_peak_covers_all = not counted_card
     metrics.losses = [value for _, value in losses]
     return metrics
 
@@ -93,17 +106,14 @@ def _steady(series: list[_Step]) -> list[_Step]:
     return plain[warmup_count(len(plain)) :] or plain
 
 
-def _samples_per_s(all_series: Any) -> float | None:
-    """Each process's real batch (its mean counted samples per steady step) over its steady step
-    time (the median, as for every step time: one stalled step must not skew it), summed over the
-    processes. The batch-credit rule, with the batch the data loader really yielded."""
+def _samples_per_step(all_series: Any) -> float | None:
+    """Each process's counted samples over all its steps per step, summed over the processes
+    (``None`` when no loader was counted)."""
     total: float | None = None
     for series in all_series:
-        steady = _steady(sorted(series, key=lambda s: s.step))
-        counted = [s.samples for s in steady if s.samples is not None]
-        step_time, _ = steady_state([s.time_s for s in steady], 0)
-        if counted and step_time:
-            total = (total or 0.0) + sum(counted) / len(counted) / step_time
+        counted = [s.samples for s in series if s.samples is not None]
+        if counted:
+            total = (total or 0.0) + sum(counted) / len(counted)
     return total
 
 

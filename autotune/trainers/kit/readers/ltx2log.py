@@ -99,7 +99,7 @@ class Ltx2Log:
     rank: int | None = None  # the rank whose lines were read (None: no rank prefix)
 
     def steady_step_time(self) -> tuple[float | None, float | None]:
-        """Median Time/Step of the lines past the warm-up window (the hook's rule: optimizer
+        """Mean Time/Step of the lines past the warm-up window (the hook's rule: optimizer
         steps 1..WARMUP_STEPS are warm-up), and its spread."""
         ordered = sorted(self.steps, key=lambda s: s.step)
         warmup = sum(1 for s in ordered if s.step <= WARMUP_STEPS)
@@ -243,4 +243,7 @@ def _parse_stats(text: str) -> Statistics:
         value = getattr(stats, name)
         if value is not None and not math.isfinite(value):
             setattr(stats, name, None)
+    # 0.00 GB: nvidia-smi found no GPU (a CPU run). Unknown, not 0: a CUDA context alone holds more.
+    if stats.peak_gb == 0.0:
+        stats.peak_gb = None
     return stats

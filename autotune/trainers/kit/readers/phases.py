@@ -11,7 +11,10 @@ Lightricks/LTX-2 at 400fd31). So, per process:
 - save: what the exit event adds (the final checkpoint and the end of the run).
 Each phase's figure is the running maximum when it ended, so a phase "set the peak" when it
 raised it. Without a validation step (``--no-validation-in-trials``, or a one-step trial) the
-steps are training and the exit is the save. Never raises: a torn or missing file gives nothing.
+steps are training and the exit is the save. A run with no step event never reached a phase (it
+died loading, or in its first step or a validation pass before training); an exit event that names
+an exception ended in that failure, not in a save. Never raises: a torn or missing file gives
+nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class PhasePeaks:
     """Peak reserved GiB at the end of each phase (the largest process's), and which set the peak."""
 
     peaks_gb: dict[str, float] = field(default_factory=dict)
+    stepped: bool = True  # an optimizer step was recorded (else no phase was reached)
+    ended_by: str | None = None  # the exception the exit event names (the last phase is that failure)
 
     @property
     def peak_gb(self) -> float | None:
@@ -50,6 +55,18 @@ class PhasePeaks:
         phase = self.peak_phase
         if phase is None:
             return "no memory events from the hook"
+        failure = f" ({self.ended_by})" if self.ended_by else ""
+        if not self.stepped:
+            return (
+                f"no phase was reached: it ended{failure} before its first optimizer step "
+                f"({self.peaks_gb[phase]:.2f} GiB reserved by then)"
+            )
+        if self.ended_by and phase == SAVE:
+            parts = [f"{p} {self.peaks_gb[p]:.2f}" for p in (TRAINING, VALIDATION) if p in self.peaks_gb]
+            shown = f" ({', '.join(parts)} GiB reserved before it)" if parts else ""
+            return (
+                f"peak set where it failed ({self.ended_by}, {self.peaks_gb[SAVE]:.2f} GiB reserved){shown}"
+            )
         parts = [f"{p} {self.peaks_gb[p]:.2f}" for p in (TRAINING, VALIDATION, SAVE) if p in self.peaks_gb]
         return f"peak set by {phase} ({', '.join(parts)} GiB reserved)"
 
@@ -62,10 +79,14 @@ def read_phase_peaks(path: Path, validation_step: int | None) -> PhasePeaks:
     except (OSError, TypeError, ValueError):
         return PhasePeaks()
     per_process: dict[Any, dict[str, float]] = {}
+    stepped, ended_by = False, None
     for line in text.splitlines():
         event = load_event(line)
         if event is None:
             continue
+        stepped = stepped or event.get("event") == "step"
+        if event.get("event") == "exit" and isinstance(event.get("exception"), str) and event["exception"]:
+            ended_by = event["exception"]
         gb = gb_figure(event.get("max_memory_reserved_gb"))
         if gb is None:
             gb = gb_figure(event.get("max_memory_allocated_gb"))
@@ -87,7 +108,7 @@ def read_phase_peaks(path: Path, validation_step: int | None) -> PhasePeaks:
         if phase in worst:
             running = max(running, worst[phase])
             out[phase] = running
-    return PhasePeaks(out)
+    return PhasePeaks(out, stepped=stepped, ended_by=ended_by)
 
 
 def _phase_of(event: dict[str, Any], validation_step: int | None) -> str | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 
 from autotune.core.metrics import TrialMetrics
@@ -121,7 +122,7 @@ def bar_metrics(bar: Bar, updates_per_step: int = 1, source: str = "tqdm") -> Tr
     if times:
         metrics.step_times_s = times
         metrics.step_time_s, metrics.step_time_spread_s = steady_state(
-            times, warmup_by_step([n for n, _ in updates])
+            times, warmup_by_step([n for n, _ in updates]), center=statistics.median
         )
     return metrics
 
@@ -152,7 +153,7 @@ def cumulative_metrics(bar: Bar, batches_per_step: int = 1, source: str = "tqdm-
     if samples:
         metrics.step_times_s = [t for _, t in samples]
         metrics.step_time_s, metrics.step_time_spread_s = steady_state(
-            metrics.step_times_s, warmup_by_step([n for n, _ in samples])
+            metrics.step_times_s, warmup_by_step([n for n, _ in samples]), center=statistics.median
         )
     return metrics
 

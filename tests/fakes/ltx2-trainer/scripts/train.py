@@ -43,6 +43,11 @@ Environment knobs for tests:
   FAKE_LTX2_PEAK_GB_PER_SAMPLE  training GB each sample of the batch past the first adds (default 0)
   FAKE_LTX2_CARD_GB     the card's size: a phase that would reserve more dies with the real
                         trainer's CUDA OOM traceback and exit code 1 (trainer.py has no OOM handling)
+  FAKE_LTX2_REAL_STEP_S  really take this long per optimizer step (sleeping): its GA micro-steps
+                        share it, the one with the optimizer step in it taking OPTIMIZER_SHARE more
+                        than the others; Time/Step then prints that micro-step's measured time x GA
+                        to 2 decimals (trainer.py:275), the hook's events the measured optimizer
+                        step, and output_dir/fake_truth.json each optimizer step's real duration
   AUTOTUNE_HOOK_FILE    where the trial-side hook writes (set by autotune when the hook is on): the
                         fake has no torch for the hook to watch, so it writes the hook's step and
                         exit events itself, with its own running peak (``max_memory_reserved_gb``)
@@ -57,6 +62,7 @@ import os
 import re
 import sys
 import textwrap
+import time
 import unicodedata
 from pathlib import Path
 
@@ -67,6 +73,7 @@ WARNING = "WARNING  "
 LINE_EVERY = 20  # trainer.py:299
 MEMORY_CHECK_INTERVAL = 200  # trainer.py:73
 LATER_COPY = 0.9  # a micro-step without the optimizer step is a little faster
+OPTIMIZER_SHARE = 0.5  # real-time mode: the optimizer's step and zero_grad, on top of a micro-step
 
 
 def cells(text):
@@ -345,6 +352,10 @@ def train(config, card, steps, batch, accum, width):
     global_step = initial_step
     elapsed = 0.0
     lines = 0
+    real_step = float(os.environ.get("FAKE_LTX2_REAL_STEP_S", "0") or 0)
+    micro_s = real_step / (accum + OPTIMIZER_SHARE) if real_step else 0.0
+    truth = []
+    last_step_end = time.perf_counter()
     for micro in range(remaining * accum):
         optimizer_step = (micro + 1) % accum == 0
         if optimizer_step:
@@ -354,8 +365,17 @@ def train(config, card, steps, batch, accum, width):
         step_time = first_copy if optimizer_step else LATER_COPY * first_copy
         if global_step == 0:
             step_time = 0.625 * times[0]  # before the first optimizer step: warm-up micro-steps
+        if real_step:  # trainer.py:275: this micro-step's own time (no synchronize) x GA
+            started = time.perf_counter()
+            time.sleep(micro_s * (1 + OPTIMIZER_SHARE) if optimizer_step else micro_s)
+            step_time = (time.perf_counter() - started) * accum
         card.train_step()
         if optimizer_step:
+            if real_step:
+                now = time.perf_counter()
+                first_copy = now - last_step_end  # what the hook measures: optimizer step to step
+                truth.append(first_copy)
+                last_step_end = now
             elapsed += first_copy  # one optimizer step takes what its first copy says
             card.event("step", step=global_step - initial_step, step_time_s=first_copy)
         if optimizer_step and interval and global_step % interval == 0:
@@ -381,6 +401,8 @@ def train(config, card, steps, batch, accum, width):
         if micro % MEMORY_CHECK_INTERVAL == 0:
             card.sample()
     card.sample()  # end_mem
+    if truth:
+        (out / "fake_truth.json").write_text(json.dumps({"optimizer_step_s": truth}))
     total_s = max(elapsed, 1.0)
     steps_per_s = remaining / total_s
     save_checkpoint(config, out, global_step, width)
