@@ -52,8 +52,8 @@ def read_mark(folder: Path) -> Generation | None:
 
 def write_mark(folder: Path, generation: Generation) -> None:
     """Best effort (a full disk must not stop the sweep here: the database is the record)."""
-    if not folder.is_dir():
-        return
+    if folder.is_symlink() or not folder.is_dir():
+        return  # a study folder that is a link is refused by the sweep: never written through
     tmp = folder / f".{MARK_FILE}.{os.getpid()}.tmp"
     with contextlib.suppress(OSError):
         tmp.write_text(json.dumps({"trials": generation.trials, "finished": generation.finished}))
