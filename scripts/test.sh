@@ -6,7 +6,9 @@
 #
 # With no arguments the fast tier (in-process tests) runs on two workers (pytest-xdist), then the
 # marked kinds run one at a time: they time real processes and watch the host's CPU load, which a
-# second worker beside them would disturb.
+# second worker beside them would disturb. The real tier (marker "real") runs last, and only when
+# a trainer checkout is named: AUTOTUNE_LTX2_SRC, AUTOTUNE_MUSUBI_SRC, AUTOTUNE_DPIPE_SRC,
+# AUTOTUNE_AITK_SRC.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ruff check .
@@ -27,4 +29,9 @@ if [ "$#" -gt 0 ]; then
 else
   run -n 2 --durations=10
   run -m "process or torch or postgres or browser or soak or demo" --durations=25
+  # The real tier: the real trainers, unmodified, from the checkouts these variables name
+  # (tests/test_real_*.py say which commits were tested); each test skips the trainers not named.
+  if [ -n "${AUTOTUNE_LTX2_SRC:-}${AUTOTUNE_MUSUBI_SRC:-}${AUTOTUNE_DPIPE_SRC:-}${AUTOTUNE_AITK_SRC:-}" ]; then
+    run -m real --durations=10
+  fi
 fi

@@ -145,7 +145,8 @@ def test_a_trial_trains_on_the_largest_bucket_only(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads((trial / "output" / "fake_trained_on.json").read_text())
-    assert seen == {"samples": 4, "shapes": [list(LARGE)] * 4}
+    # batch 4 x (20 steps + the loader's prefetch): the 2 samples, linked for one pass of the trial
+    assert seen == {"samples": 84, "shapes": [list(LARGE)] * 84}
     record = json.loads((trial / "adapter.json").read_text())
     assert record["data_bucket"].startswith(
         "latent bucket 13x16x28 (frames x height x width, the largest of 2)"

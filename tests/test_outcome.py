@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -288,3 +289,34 @@ def test_every_notable_text_passes_the_runners_keyword_prefilter() -> None:
                 hits += 1
                 assert any(k.decode() in line for k in NOTABLE_KEYWORDS), line
     assert hits > 20
+
+
+@pytest.mark.process
+def test_a_crash_under_a_launcher_names_the_childs_own_error(tmp_path: Path) -> None:
+    """accelerate launch ends a failed child with its own ``CalledProcessError`` traceback
+    (accelerate/commands/launch.py:1049-1051); the reason names the child's error before it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("accelerate")
+    script = tmp_path / "train.py"
+    script.write_text("import PIL_not_installed_here\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
+         "--mixed_precision", "no", "--dynamo_backend", "no", str(script)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and "CalledProcessError" in output.strip().splitlines()[-1]
+    got = explain(
+        done.returncode, None, timed_out=False, stalled=False, interrupted=False, output=output, metrics=None
+    )
+    assert got.outcome is Outcome.CRASH
+    assert got.reason.startswith(
+        "crashed with exit code 1: ModuleNotFoundError: No module named 'PIL_not_installed_here'"
+    )
+    # Without a launcher the last line is the cause already.
+    plain = "Traceback (most recent call last):\n  File 'x', line 1\nValueError: bad shape\n"
+    assert explain(
+        1, None, timed_out=False, stalled=False, interrupted=False, output=plain, metrics=None
+    ).reason == ("crashed with exit code 1: ValueError: bad shape")

@@ -38,7 +38,7 @@ def test_trainer_text_in_report_md_is_shown_not_rendered(tmp_path: Path) -> None
     md = rep.render_markdown(report)
     assert "<script" not in md and "<img" not in md
     assert not re.search(r"(?<!\\)\]\(javascript:", md)  # no live link: its bracket is escaped
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in md and "\\[click\\]" in md and "a\\|b" in md
+    assert "&lt;script>alert(1)&lt;/script>" in md and "\\[click\\]" in md and "a\\|b" in md
     html = rep.render_html(report)
     assert "<script" not in html and "<img" not in html and "&lt;script&gt;" in html
 
@@ -46,7 +46,7 @@ def test_trainer_text_in_report_md_is_shown_not_rendered(tmp_path: Path) -> None
 def test_md_helpers() -> None:
     from autotune.report.text import md_code, md_fence, md_text
 
-    assert md_text("a\nb <b>&</b>") == "a b &lt;b&gt;&amp;&lt;/b&gt;"
+    assert md_text("a\nb <b>&</b> <= 3 &amp;") == "a b &lt;b>&&lt;/b> <= 3 &amp;amp;"
     assert md_text("batch_size=4") == "batch_size=4"  # an intraword underscore is literal already
     assert md_code("a``b") == "```a``b```"
     assert md_fence("x ```` y") == "`````" and md_fence("plain") == "```"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from autotune.core.outcome import Outcome, explain
-from autotune.errors import ConfigError, UsageError
+from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.runner import RunLimits, run_trial
 from autotune.trainers import get_adapter
 from autotune.trainers.aitoolkit.adapter import AiToolkitAdapter
@@ -518,3 +518,44 @@ def test_a_sweep_through_the_fake_finds_the_offload_sweet_spot(tmp_path: Path) -
     assert result.best_samples_per_s == pytest.approx(best_speed, rel=0.02)
     report = next(p for p in result.reports if p.suffix == ".json")
     assert "resolution 1024, 1 frame" in report.read_text()  # the report names the bucket trained on
+
+
+def test_qfloat8_under_layer_offloading_is_not_labelled_with_a_quantizer_that_did_not_run(
+    tmp_path: Path,
+) -> None:
+    """With layer offloading on, ai-toolkit swaps qfloat8 for torchao's float8
+    (config_modules.py:713-717): such a candidate is refused before it runs, and a baseline that
+    already offloads reads as the float8 it runs (not a qtype the knob file sweeps)."""
+    adapter, baseline = _baseline(tmp_path)
+    kwargs: dict[str, Any] = {"gradient_accumulation_steps": 1, "steps": 4}
+    with pytest.raises(CandidateRefused, match=r"torchao's float8.*config_modules\.py:713-717"):
+        adapter.render(baseline, {"qtype": "qfloat8", "layer_offloading_transformer_percent": 0.5},
+                       trial_dir=tmp_path / "a", **kwargs)  # fmt: skip
+    adapter.render(baseline, {"qtype": "qfloat8"}, trial_dir=tmp_path / "b", **kwargs)  # no offload: it runs
+    adapter.render(
+        baseline, {"layer_offloading_transformer_percent": 0.5}, trial_dir=tmp_path / "c", **kwargs
+    )
+    offloading = JOB.replace(
+        "        low_vram: true\n", "        low_vram: true\n        layer_offloading: true\n"
+    )
+    offloading = offloading.replace(
+        'qtype: "uint4|ostris/accuracy_recovery_adapters/wan22_14b_t2i_torchao_uint4.safetensors"',
+        'qtype: "qfloat8"',
+    )
+    adapter, baseline = _baseline(tmp_path, offloading)
+    assert adapter.baseline_params(baseline)["qtype"] == "float8"
+    assert "qtype" not in adapter.knobs_in_play(baseline, ["qtype", "low_vram"])
+
+
+def test_the_offload_fraction_is_not_swept_on_the_legacy_model_path(tmp_path: Path) -> None:
+    """A Flux job by ``is_flux: true`` (config/examples/train_lora_flux_24gb.yaml) loads through the
+    legacy StableDiffusion class (toolkit/util/get_model.py:44-50), which never reads the fraction."""
+    names = ["qtype", "layer_offloading_transformer_percent", "low_vram"]
+    for model in ("        is_flux: true\n", "        arch: 'sdxl'\n", "        arch: 'flex1'\n"):
+        adapter, baseline = _baseline(tmp_path, JOB.replace("        arch: 'wan22_14b'\n", model))
+        assert adapter.knobs_in_play(baseline, names) == ["qtype", "low_vram"], model
+        with pytest.raises(CandidateRefused, match="legacy StableDiffusion"):
+            adapter.render(baseline, {"layer_offloading_transformer_percent": 1.0},
+                           gradient_accumulation_steps=1, steps=4, trial_dir=tmp_path / "t")  # fmt: skip
+    adapter, baseline = _baseline(tmp_path)
+    assert adapter.knobs_in_play(baseline, names) == names  # wan22_14b reads it (wan22_14b_model.py)

@@ -390,7 +390,14 @@ def test_knobs_in_play(tmp_path: Path, edit: dict[str, Any], out: list[str]) -> 
 
 @pytest.mark.parametrize(
     ("model", "layers", "limit"),
-    [("wan", 40, 38), ("wan", 30, 28), ("flux", 40, 34), ("qwen_image", 40, 58), ("ltx2", 40, None)],
+    [
+        ("wan", 40, 38),
+        ("wan", 30, 28),
+        ("flux", 40, 34),
+        ("qwen_image", 40, 58),
+        ("hunyuan-video", 40, 36),  # 37 asks 18 double and 39 single of 18 and 38 (hunyuan_video.py:505-508)
+        ("ltx2", 40, None),
+    ],
 )
 def test_swap_limit_per_model(tmp_path: Path, model: str, layers: int, limit: int | None) -> None:
     adapter, baseline = _setup(
@@ -524,3 +531,29 @@ def test_the_batch_is_credited_not_the_hooks_loader_count(tmp_path: Path) -> Non
     (trial / "hook.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hook))
     assert adapter.read_metrics(trial, _lines([2.0] * 4)).samples_per_s == pytest.approx(1.0)
     assert adapter.read_metrics(trial, "no step lines").samples_per_s == pytest.approx(1.0)
+
+
+def test_pipeline_stages_split_the_gpus_for_the_effective_batch(tmp_path: Path) -> None:
+    """Two GPUs as two pipeline stages train one model copy: DeepSpeed's global batch is micro
+    batch x accumulation x the data-parallel world, GPUs / stages (train.py:605, 632)."""
+    from dataclasses import replace
+
+    main = MAIN.replace("pipeline_stages = 1", "pipeline_stages = 2")
+    adapter, baseline = _setup(tmp_path, main=main)
+    assert baseline.data["pipeline_stages"] == 2
+    two = replace(baseline, num_gpus=2)
+    assert adapter.data_parallel(two) == 1 and adapter.data_parallel(replace(baseline, num_gpus=4)) == 2
+    adapter.render(two, {"batch_size": 3}, gradient_accumulation_steps=2, steps=4, trial_dir=tmp_path / "t")
+    record = json.loads((tmp_path / "t" / "adapter.json").read_text())
+    assert (record["num_gpus"], record["effective_batch"]) == (2, 6)
+
+
+def test_hunyuan_video_swaps_at_most_36_blocks(tmp_path: Path) -> None:
+    adapter, baseline = _setup(tmp_path, main=MAIN.replace("type = 'wan'", "type = 'hunyuan-video'"))
+    adapter.render(
+        baseline, {"blocks_to_swap": 36}, gradient_accumulation_steps=1, steps=4, trial_dir=tmp_path / "a"
+    )
+    with pytest.raises(CandidateRefused, match="36"):  # 37: 18 double and 39 single of 18 and 38 allowed
+        adapter.render(
+            baseline, {"blocks_to_swap": 37}, gradient_accumulation_steps=1, steps=4, trial_dir=tmp_path / "b"
+        )

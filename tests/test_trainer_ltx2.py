@@ -494,3 +494,60 @@ def test_real_block_style_configs_render_byte_identical_to_before(
         checked += 1
     if not checked:
         pytest.skip("the LTX-2 fixture configs differ from the recorded ones")
+
+
+@pytest.mark.parametrize("validation", [True, False])
+def test_without_cuda_the_validation_pass_loads_the_text_encoder_without_8bit(
+    ltx2_fixtures: Path, tmp_path: Path, validation: bool
+) -> None:
+    """The real low-VRAM config validates with ``load_text_encoder_in_8bit: true``, which the real
+    trainer refuses without CUDA (gemma_8bit.py:81-86): a trial on such a host turns it off and the
+    adapter says so; with CUDA, or without the validation pass, the line stays as written."""
+    adapter = _adapter(trial_validation=validation)
+    baseline = adapter.load_baseline(ltx2_fixtures / "t2v_lora_low_vram.yaml")
+    assert baseline.data["acceleration"]["load_text_encoder_in_8bit"] is True
+    host, changes = adapter.without_cuda(baseline)
+    assert bool(changes) is validation
+    if validation:
+        assert "load_text_encoder_in_8bit: false" in changes[0] and "gemma_8bit.py:81-86" in changes[0]
+    for name, base in (("cpu", host), ("cuda", baseline)):
+        adapter.render(base, {}, gradient_accumulation_steps=1, steps=10, trial_dir=tmp_path / name)
+        rendered = load_yaml((tmp_path / name / "config.yaml").read_text())
+        eight_bit = rendered["acceleration"]["load_text_encoder_in_8bit"]
+        assert eight_bit is not (name == "cpu" and validation), name
+        assert (rendered["validation"]["interval"] == 9) is validation
+    # The standard config loads no 8-bit text encoder: nothing to change.
+    assert adapter.without_cuda(adapter.load_baseline(ltx2_fixtures / "t2v_lora.yaml"))[1] == []
+
+
+@pytest.mark.torch
+def test_a_small_bucket_is_linked_for_every_step_of_the_trial(tmp_path: Path) -> None:
+    """6 samples at batch 4: a view of one batch would restart the trainer's loader (drop_last,
+    trainer.py:218-222, 685-693) on every step and time the restart; the view serves the whole
+    trial in one pass."""
+    import torch
+
+    root = tmp_path / "data"
+    for i in range(6):
+        for source in ("latents", "conditions"):
+            (root / source).mkdir(parents=True, exist_ok=True)
+        lat = torch.zeros(128, 3, 4, 4, dtype=torch.bfloat16)
+        torch.save(
+            {"latents": lat, "num_frames": 3, "height": 4, "width": 4, "fps": 24.0},
+            root / "latents" / f"s{i}.pt",
+        )
+        torch.save({"prompt_embeds": torch.zeros(2, 4)}, root / "conditions" / f"s{i}.pt")
+    adapter = _adapter(trial_validation=False)
+    baseline = adapter.baseline_from_text(
+        f"optimization: {{steps: 2000, batch_size: 1}}\ndata: {{preprocessed_data_root: {root}}}\n"
+        "model: {training_mode: lora}\ntraining_strategy: {name: text_to_video, with_audio: false}\n"
+    )
+    steps, ga, batch = 10, 2, 4
+    adapter.render(
+        baseline, {"batch_size": batch}, gradient_accumulation_steps=ga, steps=steps, trial_dir=tmp_path / "t"
+    )
+    linked = sorted((tmp_path / "t" / "data-view" / "latents").iterdir())
+    assert all(p.is_symlink() for p in linked)
+    batches_per_pass = len(linked) // batch  # the loader's len with drop_last
+    assert batches_per_pass >= steps * ga + 1  # every micro-step, and accelerate's prefetch
+    assert len({p.resolve() for p in linked}) == 6

@@ -166,7 +166,17 @@ def test_hunyuan_video_has_its_own_limit_and_no_fp8_scaled(tmp_path: Path) -> No
         cache.rename(cache.with_name(cache.name.replace("_wan", "_hv")))
     adapter = _adapter()
     baseline = adapter.load_baseline(script)
-    assert adapter.knob_limits(baseline) == {"blocks_to_swap": 36}  # docs/hunyuan_video.md:238
+    # 20 double + 40 single blocks, n // 2 and (n - n // 2) * 2 + 1 of them swapped, at most 19 and
+    # 39 (hunyuan_model/models.py:518-519, 680-685): 38 (docs/hunyuan_video.md:409), not the 36 of :238
+    assert adapter.knob_limits(baseline) == {"blocks_to_swap": 38}
+    with pytest.raises(CandidateRefused, match="swaps at most 38"):
+        adapter.render(
+            baseline,
+            {"blocks_to_swap": 39},
+            gradient_accumulation_steps=1,
+            steps=3,
+            trial_dir=tmp_path / "t39",
+        )
     with pytest.raises(CandidateRefused, match="no --fp8_scaled"):
         adapter.render(
             baseline,
@@ -519,3 +529,26 @@ def test_trainer_dir_is_where_it_runs(tmp_path: Path) -> None:
     assert spec.cwd == FAKE_MUSUBI
     with pytest.raises(UsageError, match="no such folder"):
         _adapter(trainer_dir=tmp_path / "missing")
+
+
+def test_wan22_offloading_its_inactive_expert_sweeps_no_block_swap(tmp_path: Path) -> None:
+    """Wan 2.2 with both experts and ``--offload_inactive_dit`` (docs/wan.md:192): the trainer
+    asserts that no block is swapped (wan_train_network.py:82-86), so the knob stays at 0 and a
+    swap candidate is refused before it runs, with the trainer's reason."""
+    (tmp_path / "high.safetensors").write_bytes(b"weights")
+    extra = f"--dit_high_noise {tmp_path / 'high.safetensors'} --offload_inactive_dit"
+    adapter = _adapter()
+    baseline = adapter.load_baseline(make_setup(tmp_path / "u", task="t2v-A14B", extra=extra))
+    assert adapter.knob_limits(baseline) == {"blocks_to_swap": 0}
+    assert adapter.baseline_params(baseline)["blocks_to_swap"] == 0
+    with pytest.raises(CandidateRefused, match=r"offload_inactive_dit.*wan_train_network\.py:82-86"):
+        adapter.render(
+            baseline, {"blocks_to_swap": 1}, gradient_accumulation_steps=1, steps=3, trial_dir=tmp_path / "t"
+        )
+    spec = adapter.render(
+        baseline, {"blocks_to_swap": 0}, gradient_accumulation_steps=1, steps=3, trial_dir=tmp_path / "t0"
+    )
+    assert "--offload_inactive_dit" in spec.argv and "--blocks_to_swap" not in spec.argv
+    # Without --offload_inactive_dit both experts stay on the card and block swap is the trainer's to take.
+    plain = adapter.load_baseline(make_setup(tmp_path / "p", task="t2v-A14B", extra=extra.rsplit(" ", 1)[0]))
+    assert adapter.knob_limits(plain) == {"blocks_to_swap": 39}

@@ -130,6 +130,16 @@ _CONFIG_ERROR = re.compile(CONFIG_ERROR_SOURCE, re.M)
 _NAN = re.compile(NAN_SOURCE, re.M)
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _FAILURE_LINE = re.compile(FAILURE_LINE_SOURCE, re.M)
+#: A traceback's last line: ``pkg.mod.SomeError: message`` at the start of a line.
+_EXCEPTION_LINE = re.compile(
+    r"^(?:\[rank\s*\d+\]:?[ \t]?)?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?$",
+    re.M,
+)
+#: What a launcher raises when its child failed (accelerate launch, torchrun, deepspeed): the
+#: child's own error, printed before it, is the cause (accelerate/commands/launch.py:1049-1051).
+_LAUNCHER_ERROR = re.compile(
+    r"\bCalledProcessError\b|\bChildFailedError\b|^RuntimeError: Traceback \(most recent call last\)"
+)
 _RANK_PREFIX = re.compile(r"^\[rank\s*\d+\]:?[ \t]?", re.M)
 
 
@@ -194,7 +204,7 @@ def explain(
         )
     if failed:
         how = f"signal {_signal_name(sig)}" if sig is not None else f"exit code {returncode}"
-        last = _last_line(output)
+        last = _crash_line(output)
         return OutcomeReason(Outcome.CRASH, f"crashed with {how}" + (f": {last}" if last else ""))
     if returncode is None:
         return OutcomeReason(Outcome.CRASH, "the trial's exit status is unknown")
@@ -310,6 +320,19 @@ def _line_at(text: str, match: re.Match[str]) -> str:
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.end())
     return _short(text[start : end if end != -1 else len(text)])
+
+
+def _crash_line(text: str) -> str:
+    """The line that names why a trial crashed: the output's last, unless that is a launcher's
+    error about its failed child; then the child's own last error before it (``No module named
+    'PIL'``, not ``CalledProcessError: Command [...] returned non-zero exit status 1``)."""
+    last = _last_line(text)
+    if not _LAUNCHER_ERROR.search(last):
+        return last
+    causes = [m for m in _EXCEPTION_LINE.finditer(text) if not _LAUNCHER_ERROR.search(m.group(0))]
+    if not causes:
+        return last
+    return _short(causes[-1].group(0)) + f" (then the launcher: {_short(last, 60)})"
 
 
 def _last_line(text: str) -> str:

@@ -180,11 +180,22 @@ class Plan:
         for w in self.warnings:
             lines.append(f"warning: {w}")
         if self.written:
-            lines.append(
-                f"Next: autotune sweep --trainer {self.trainer} --config {shlex.quote(str(self.output_path))}"
-                + (f" --trainer-python {shlex.quote(self.trainer_python)}" if self.trainer_python else "")
-            )
+            lines.append(f"Next: {shlex.join(self.sweep_argv())}")
         return "\n".join(lines)
+
+    def sweep_argv(self) -> list[str]:
+        """The sweep of the written plan, runnable as it is from any folder: the trainer's package
+        (its trials run there), the card planned for when it was not probed, the trainer's Python."""
+        argv = ["autotune", "sweep", "--trainer", self.trainer, "--config", str(self.output_path)]
+        if self.package_dir is not None:
+            argv += ["--trainer-dir", str(self.package_dir)]
+        if self.vram_source == "--vram-gb":
+            argv += ["--vram-gb", f"{self.vram_gb:g}"]
+        if self.forced:
+            argv.append("--force")
+        if self.trainer_python:
+            argv += ["--trainer-python", self.trainer_python]
+        return argv
 
 
 def make_plan(

@@ -125,6 +125,7 @@ def build_report(
         full_steps=settings["full_steps"] if isinstance(settings.get("full_steps"), int) else None,
         launch_cwd=str(settings["launch_cwd"]) if settings.get("launch_cwd") else None,
         emulation=str(settings["emulation"]) if settings.get("emulation") else None,
+        host_changes=[str(c) for c in settings.get("host_changes") or ()],
         host_ram_gb=_number(settings.get("host_ram_gb", settings.get("machine_ram_gb"))),
         host_ram_given=isinstance(settings.get("host_ram_gb"), (int, float)),
         offload_knobs=any(
@@ -282,6 +283,7 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any, *, val
         if knob in best.params and not same_param(best.params[knob], preferred):
             w.append(_quality_note(knob, best.params[knob], preferred))
     w.extend(_adapter_notes(report))
+    w.extend(f"Trials changed for the sweep's host: {change}." for change in report.host_changes)
     left = headroom_left(report, best)
     keep = (
         f" It leaves {_gb(left)} GiB of the {_gb(report.card_gb)} GiB card free; keep that headroom."

@@ -92,6 +92,9 @@ class Report:
     #: How the card was emulated (``settings["emulation"]``: counted on CPU, capped on a larger GPU,
     #: or why not); ``None``: a real card, or a study from before it was recorded.
     emulation: str | None = None
+    #: What every trial ran differently on the sweep's host (``settings["host_changes"]``: a
+    #: setting that needs CUDA turned off where there is none).
+    host_changes: list[str] = field(default_factory=list)
     #: Per trial: the phase (training, validation, save) that set its peak, the data bucket judged.
     memory_phases: list[str] = field(default_factory=list)
     #: The host RAM the trials were judged against (GB) and whether ``--host-ram-gb`` set it (else

@@ -57,14 +57,18 @@ def trials_text(n: int) -> str:
 
 
 _MD_ACTIVE = re.compile(r"([\\`*\[\]|])")
+#: What Markdown would render as HTML: a ``<`` that opens a tag, comment or declaration, and an
+#: ``&`` that starts an entity. Only these are escaped, so ``<= 0.31 GiB`` stays as written.
+_MD_HTML = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)")
 
 
 def md_text(text: str) -> str:
     """Text that may hold what a trainer printed, as literal Markdown on one line: HTML is shown,
-    never rendered (``<script>`` becomes ``&lt;script&gt;``), and Markdown's link, image, code,
+    never rendered (``<script>`` becomes ``&lt;script>``; a ``<=`` that opens nothing stays), and Markdown's link, image, code,
     emphasis (``*``; an intraword ``_`` is literal already) and table syntax is backslash-escaped,
     so a viewer shows the characters as printed."""
-    text = html.escape(str(text), quote=False).replace("\r", " ").replace("\n", " ")
+    text = str(text).replace("\r", " ").replace("\n", " ")
+    text = _MD_HTML.sub(lambda m: html.escape(m.group(0), quote=False), text)
     return _MD_ACTIVE.sub(r"\\\1", text)
 
 

@@ -108,13 +108,15 @@ class TrialExecutor:
                 trial_dir=trial_dir,
             )
         except TrialOutputError as exc:
-            self._stop_for_output_error(trial, attrs_end, exc)
+            self._stop_and_raise(trial, attrs_end, exc)
         except (CandidateRefused, ConfigError) as exc:
             attrs_end.update(
                 TrialRecord.attrs_of(outcome=Outcome.CONFIG_ERROR.value, reason=one_line(str(exc)))
             )
             self.progress.trial_finished(trial.number, f"config_error: {one_line(str(exc))}")
             return scheduler.finish_trial(trial, attrs_end, None)
+        except BaseException as exc:  # the trainer not found, say: no trial may stay RUNNING
+            self._stop_and_raise(trial, attrs_end, exc)
         digest = launch_digest(spec, trial_dir)
         spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self.env})
         attrs_end.update(TrialRecord.attrs_of(command=spec.shell_command(), launch_digest=digest))
@@ -138,7 +140,7 @@ class TrialExecutor:
         before = self._gpu_used()
         result, error = self._run_watched(spec, trial_dir, limits, trial, launched)
         if isinstance(error, TrialOutputError):
-            self._stop_for_output_error(trial, attrs_end, error)
+            self._stop_and_raise(trial, attrs_end, error)
         if error is not None:
             attrs_end.update(
                 TrialRecord.attrs_of(
@@ -182,12 +184,12 @@ class TrialExecutor:
         self._drain(before)
         return finished
 
-    def _stop_for_output_error(
-        self, trial: FrozenTrial, attrs_end: dict[str, Any], exc: TrialOutputError
-    ) -> NoReturn:
-        """The trial folder cannot be written: record the trial ``interrupted`` (a resume runs it
-        again) and stop the sweep with the error, which says where and what to do."""
-        attrs_end.update(TrialRecord.attrs_of(outcome=Outcome.INTERRUPTED.value, reason=one_line(str(exc))))
+    def _stop_and_raise(self, trial: FrozenTrial, attrs_end: dict[str, Any], exc: BaseException) -> NoReturn:
+        """The trial cannot be prepared, through no fault of its candidate (its folder cannot be
+        written, the trainer is not found, Ctrl-C): record the trial ``interrupted`` (a resume runs
+        it again, none stays RUNNING) and stop the sweep with the error, which says what to do."""
+        reason = one_line(str(exc)) or type(exc).__name__
+        attrs_end.update(TrialRecord.attrs_of(outcome=Outcome.INTERRUPTED.value, reason=reason))
         self.progress.trial_finished(trial.number, f"interrupted: {attrs_end['reason']}")
         self.scheduler.finish_trial(trial, attrs_end, None)
         raise exc

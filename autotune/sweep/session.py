@@ -216,6 +216,8 @@ class SweepSession:
             )
         if card.emulation:
             self.progress.line(f"card {card.emulation}")
+        for change in plan.settings.get("host_changes", ()):
+            self.progress.line(f"trials changed for this host: {change}")
         return scheduler, claimed
 
     def _conclude(

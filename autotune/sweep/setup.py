@@ -142,6 +142,9 @@ def plan_sweep(
     card = pick_card(opts, adapter, baseline, nvml, pin=pin)
     if opts.vram_gb is not None:
         baseline = adapter.with_emulated_vram(baseline, opts.vram_gb)
+    host_changes: list[str] = []
+    if not card.indices:  # no GPU seen: the trials run where there is no CUDA
+        baseline, host_changes = adapter.without_cuda(baseline)
     gate(opts, adapter, card)
 
     knob_path = opts.knob_file or adapter.knob_path()
@@ -150,7 +153,7 @@ def plan_sweep(
     check_baseline_values(base_params, knob_data, lambda param: adapter.knob_location(baseline, param))
     base_ga = int(base_params.pop("gradient_accumulation_steps", 1) or 1)
     base_params.update(declared_baseline(declared, base_params))
-    num_gpus = max(1, baseline.num_gpus)
+    num_gpus = adapter.data_parallel(baseline)
     target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
     max_bs = opts.max_batch_size or (max(opts.batch_sizes) if opts.batch_sizes else DEFAULT_MAX_BATCH_SIZE)
     limit = adapter.max_batch_size(baseline)
@@ -208,6 +211,8 @@ def plan_sweep(
         settings["hook"] = False
     if card.emulation:  # informational: the report says how the card was emulated
         settings["emulation"] = card.emulation
+    if host_changes:  # only when some: they change what every trial runs (the report warns)
+        settings["host_changes"] = host_changes
     if opts.host_ram_gb is not None:  # only when given: a resume elsewhere has another machine's RAM
         settings["host_ram_gb"] = opts.host_ram_gb
     elif (ram := machine_ram_gb()) is not None:  # informational: the report states the host line

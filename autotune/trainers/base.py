@@ -43,6 +43,8 @@ Params = Mapping[str, Any]
 
 #: ``Baseline.extra`` key: the card (GB) the trial-side hook emulates (set by ``with_emulated_vram``).
 HOOK_VRAM_KEY = "hook_emulated_vram_gb"
+#: ``Baseline.extra`` key: the trials run where no CUDA device is seen (set by ``without_cuda``).
+NO_CUDA_KEY = "no_cuda"
 
 
 @dataclass
@@ -173,13 +175,14 @@ class TrainerAdapter(ABC):
             trial_dir=trial_dir,
         )
         gpus = trial.num_gpus if trial.num_gpus is not None else max(1, baseline.num_gpus)
+        data_parallel = trial.num_gpus if trial.num_gpus is not None else self.data_parallel(baseline)
         write_trial_record(
             trial_dir,
             trainer=self.name,
             batch_size=trial.batch_size,
             gradient_accumulation_steps=gradient_accumulation_steps,
             num_gpus=gpus,
-            effective_batch=trial.batch_size * gradient_accumulation_steps * gpus,
+            effective_batch=trial.batch_size * gradient_accumulation_steps * data_parallel,
             steps=steps,
             **trial.record,
         )
@@ -285,6 +288,17 @@ class TrainerAdapter(ABC):
         """The card the trial-side hook emulates in this baseline's trials (sent to it as env)."""
         value = baseline.extra.get(HOOK_VRAM_KEY) if self.hook else None
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def data_parallel(self, baseline: Baseline) -> int:
+        """How many copies of the model train side by side, each on its own batch: what the
+        effective batch (batch x accumulation x this) counts. Here: every GPU of the baseline."""
+        return max(1, baseline.num_gpus)
+
+    def without_cuda(self, baseline: Baseline) -> tuple[Baseline, list[str]]:
+        """The baseline for trials on a host without a CUDA device (no GPU seen), and what that
+        changes in every trial, one sentence each (the sweep prints them, the report warns).
+        Here: nothing changes; a trainer with a setting that needs CUDA turns it off in trials."""
+        return baseline, []
 
     def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
         """The argv that trains ``config_path`` (a config in this trainer's format) on

@@ -18,10 +18,12 @@ watch here). Past ``$AUTOTUNE_EMULATED_VRAM_GB`` it dies as PyTorch does: a CUDA
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # tests/fakes: the hook's line format
+from hookline import hook_text
 
 BLOCKS = 20
 BLOCK_GB = 0.8  # each resident block on the card
@@ -42,7 +44,7 @@ def step_seconds(swap: int, batch: int) -> float:
 def hook_line(path: str | None, **fields: object) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({**fields, "pid": os.getpid()}) + "\n")
+            fh.write(hook_text({**fields, "pid": os.getpid()}))
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ from autotune.config.yamlconf import RoundTripConfig, read_config_text
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
-from autotune.errors import ConfigError, UsageError
+from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.common import (
     check_params,
@@ -169,13 +169,16 @@ class AiToolkitAdapter(TrainerAdapter):
 
     def knobs_in_play(self, baseline: Baseline, names: Sequence[str]) -> list[str]:
         """An optimizer other than AdamW (prodigy, ...) or a qtype the knob file does not list is
-        the user's choice, kept as written and not swept."""
+        the user's choice, kept as written and not swept. The offload fraction only where the
+        model reads it: the legacy Flux/SDXL/SD path never does (``legacy_model``)."""
         params = self.baseline_params(baseline)
         values = _knob_values(self)
+        legacy = legacy_model(baseline.data)
         return [
             n
             for n in names
-            if n not in ("optimizer", "qtype") or values.get(n) is None or params[n] in values[n]
+            if (n not in ("optimizer", "qtype") or values.get(n) is None or params[n] in values[n])
+            and not (n == "layer_offloading_transformer_percent" and legacy)
         ]
 
     # --- rendering -----------------------------------------------------------------------------
@@ -207,9 +210,23 @@ class AiToolkitAdapter(TrainerAdapter):
                 f"layer_offloading_transformer_percent must be a number in [0, 1]; got {fraction!r}"
             )
         if not math.isclose(fraction, base["layer_offloading_transformer_percent"], abs_tol=1e-9):
+            if legacy_model(data):
+                raise CandidateRefused(
+                    f"layer_offloading_transformer_percent {fraction:g}: this job's model loads through "
+                    "ai-toolkit's legacy StableDiffusion class (no arch of a newer model: "
+                    "toolkit/util/get_model.py:44-50), which never reads the offload fraction; the trial "
+                    "would run the baseline again"
+                )
             if fraction > 0 and not _get(data, OFFLOAD_KEY, DEFAULTS[OFFLOAD_KEY]):
                 edits[OFFLOAD_KEY] = True
             edits[OFFLOAD_PERCENT_KEY] = float(fraction)
+        offloading = edits.get(OFFLOAD_KEY, _get(data, OFFLOAD_KEY, DEFAULTS[OFFLOAD_KEY]))
+        if qtype == QFLOAT8 and offloading:
+            raise CandidateRefused(
+                "qtype qfloat8 with layer offloading: ai-toolkit then quantizes with torchao's float8 "
+                "instead (config_modules.py:713-717), so the trial would be labelled with a quantizer "
+                "that did not run"
+            )
         for name in ("low_vram", "gradient_checkpointing"):
             if not isinstance(merged[name], bool):
                 raise ConfigError(f"{name} must be true or false; got {merged[name]!r}")
@@ -400,10 +417,48 @@ def _qtype_base(qtype: Any) -> Any:
     return qtype.split("|", 1)[0] if isinstance(qtype, str) else qtype
 
 
+#: optimum-quanto's float8, which ai-toolkit swaps for torchao's ``float8`` under layer offloading.
+QFLOAT8 = "qfloat8"
+#: ``model.arch`` values ai-toolkit loads through its legacy ``StableDiffusion`` class: no model
+#: class claims them (toolkit/util/get_model.py:44-50), they only set the old ``is_*`` flags
+#: (config_modules.py:770-797). That class never reads ``layer_offloading_transformer_percent``
+#: (only the newer model classes do, e.g. flux2_model.py:170-178).
+LEGACY_ARCHS = frozenset(
+    {
+        "sd1",
+        "sd2",
+        "sd3",
+        "sdxl",
+        "pixart",
+        "pixart_sigma",
+        "auraflow",
+        "flux",
+        "flex1",
+        "lumina2",
+        "vega",
+        "ssd",
+    }
+)
+
+
+def legacy_model(data: Mapping[str, Any]) -> bool:
+    """Whether the job's model loads through the legacy StableDiffusion class (no ``arch``, the
+    old ``is_flux``/``is_xl`` flags, or an arch of ``LEGACY_ARCHS``)."""
+    arch = _get(data, f"{MODEL}.arch", None)
+    if not isinstance(arch, str) or not arch:
+        return True
+    return arch.split(":", 1)[0] in LEGACY_ARCHS
+
+
 def _qtype_of(data: Mapping[str, Any]) -> Any:
+    """The qtype that runs: with layer offloading on, qfloat8 runs as torchao's ``float8``
+    (config_modules.py:713-717), which the knob file does not sweep."""
     if not _get(data, QUANTIZE_KEY, DEFAULTS[QUANTIZE_KEY]):
         return NO_QUANT
-    return _qtype_base(_get(data, QTYPE_KEY, DEFAULTS[QTYPE_KEY]))
+    qtype = _qtype_base(_get(data, QTYPE_KEY, DEFAULTS[QTYPE_KEY]))
+    if qtype == QFLOAT8 and _get(data, OFFLOAD_KEY, DEFAULTS[OFFLOAD_KEY]):
+        return "float8"
+    return qtype
 
 
 def _offload_of(data: Mapping[str, Any]) -> Any:

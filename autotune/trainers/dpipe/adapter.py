@@ -181,6 +181,13 @@ class DiffusionPipeAdapter(TrainerAdapter):
             out.append(name)
         return out
 
+    def data_parallel(self, baseline: Baseline) -> int:
+        """The GPUs split into ``pipeline_stages`` stages per model copy: DeepSpeed's global batch
+        is micro batch x accumulation x the data-parallel world, GPUs / stages (train.py:605, 632)."""
+        stages = baseline.data.get("pipeline_stages", 1)
+        stages = stages if isinstance(stages, int) and not isinstance(stages, bool) and stages > 0 else 1
+        return max(1, max(1, baseline.num_gpus) // stages)
+
     def knob_limits(self, baseline: Baseline) -> dict[str, int]:
         limit = self._swap_limit(baseline)
         return {} if limit is None else {"blocks_to_swap": limit}

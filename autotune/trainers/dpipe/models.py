@@ -56,8 +56,10 @@ BLOCK_SWAP_MODELS = frozenset(
 #: The most blocks a model swaps, where its block count is fixed: qwen_image's 60 layers
 #: (configs/qwen_image/transformer/config.json) less 2 (models/qwen_image.py:494-496); flux's
 #: 19 double / 38 single (configs/flux_dev_config.json) with swap//2 double and
-#: (swap - swap//2)*2+1 single blocks, each at most count - 2 (models/flux.py:410-419): 34.
-FIXED_SWAP_LIMITS = {"qwen_image": 58, "flux": 34}
+#: (swap - swap//2)*2+1 single blocks, each at most count - 2 (models/flux.py:410-419): 34;
+#: HunyuanVideo's 20 double / 40 single blocks (its checkpoints' mm_double/single_blocks_depth)
+#: split the same way, at most 18 and 38 (models/hunyuan_video.py:494-508): 36.
+FIXED_SWAP_LIMITS = {"qwen_image": 58, "flux": 34, "hunyuan-video": 36}
 #: Wan's block count is its checkpoint's ``num_layers`` (config.json beside the weights,
 #: models/wan/wan.py:84-113); 40 for the 14B, 30 for the 1.3B (models/wan/configs.py).
 WAN_DEFAULT_LAYERS = 40

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,7 +22,7 @@ from autotune.core.timing import WARMUP_STEPS
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import NO_CUDA_KEY, Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
@@ -43,9 +44,17 @@ from autotune.trainers.kit.yamlkeys import STEPS_KEY as STEPS_KEY  # re-exported
 from autotune.trainers.kit.yamlkeys import get_dotted
 from autotune.trainers.ltx2.checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
 from autotune.trainers.ltx2.data import data_sources
+from autotune.trainers.ltx2.recipe import TEXT_ENCODER_8BIT_OFF, validates_with_8bit_text_encoder
 from autotune.trainers.ltx2.recipe import short_run_recipe as short_run_recipe
 from autotune.trainers.ltx2.recipe import trial_recipe as trial_recipe
-from autotune.trainers.ltx2.view import VIEW_DIR, Buckets, DataView, build_view, read_buckets
+from autotune.trainers.ltx2.view import (
+    VIEW_DIR,
+    Buckets,
+    DataView,
+    build_view,
+    read_buckets,
+    samples_for_trial,
+)
 
 #: The trainer's code defaults when a key is omitted (they differ from its example files).
 CODE_DEFAULTS: dict[str, Any] = {
@@ -207,8 +216,17 @@ class Ltx2Adapter(TrainerAdapter):
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
         edits = {k: v for k, v in values if not cfg.has(k) or not same_value(cfg.get(k), v)}
         trial_dir.mkdir(parents=True, exist_ok=True)
-        recipe = trial_recipe(baseline.data, steps, trial_dir, validation=self.trial_validation)
-        view = self._data_view(baseline, cwd, trial_dir, batch * max(1, baseline.num_gpus))
+        recipe = trial_recipe(
+            baseline.data,
+            steps,
+            trial_dir,
+            validation=self.trial_validation,
+            cuda=not baseline.extra.get(NO_CUDA_KEY),
+        )
+        per_micro_step = batch * max(1, baseline.num_gpus)
+        view = self._data_view(
+            baseline, cwd, trial_dir, samples_for_trial(per_micro_step, steps * gradient_accumulation_steps)
+        )
         if view is not None:
             recipe.append(("data.preprocessed_data_root", str(view.root)))
         for key, value in recipe:
@@ -225,6 +243,17 @@ class Ltx2Adapter(TrainerAdapter):
         }
         argv = self.launch_argv(baseline, config_path, progress_bars=False)
         return TrialLaunch(argv=argv, cwd=cwd, batch_size=batch, env=RUN_ENV, record=record)
+
+    def without_cuda(self, baseline: Baseline) -> tuple[Baseline, list[str]]:
+        """Trials that run the validation pass load the text encoder without 8-bit: the trainer
+        refuses its 8-bit Gemma without CUDA (gemma_8bit.py:81-86), so the baseline would crash."""
+        baseline = replace(baseline, extra={**baseline.extra, NO_CUDA_KEY: True})
+        changes = (
+            [TEXT_ENCODER_8BIT_OFF]
+            if self.trial_validation and validates_with_8bit_text_encoder(baseline.data)
+            else []
+        )
+        return baseline, changes
 
     def _data_view(self, baseline: Baseline, cwd: Path, trial_dir: Path, needed: int) -> DataView | None:
         """The largest bucket's samples linked under the trial folder (None: data not here or unread)."""

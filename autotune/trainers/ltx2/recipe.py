@@ -42,15 +42,38 @@ TRIAL_INFERENCE_STEPS = 2
 DEFAULT_VALIDATION_INTERVAL = 100
 
 
+TEXT_ENCODER_8BIT_KEY = "acceleration.load_text_encoder_in_8bit"
+#: Why a trial without CUDA loads the text encoder in full precision (``without_cuda``).
+TEXT_ENCODER_8BIT_OFF = (
+    "no CUDA device: the trials' validation pass loads the text encoder without 8-bit "
+    f"({TEXT_ENCODER_8BIT_KEY}: false), since the LTX-2 trainer's 8-bit Gemma needs CUDA and refuses "
+    "to start without it (gemma_8bit.py:81-86); the full run on a CUDA card keeps the baseline's 8-bit "
+    "text encoder, whose validation peak these trials did not see"
+)
+
+
+def validates_with_8bit_text_encoder(data: Mapping[str, Any]) -> bool:
+    """Whether the full run's validation pass loads the 8-bit text encoder (CUDA only)."""
+    section = data.get("acceleration")
+    return (
+        baseline_validates(data)
+        and isinstance(section, Mapping)
+        and section.get("load_text_encoder_in_8bit") is True
+    )
+
+
 def trial_recipe(
-    data: Mapping[str, Any], steps: int, trial_dir: Path, *, validation: bool = True
+    data: Mapping[str, Any], steps: int, trial_dir: Path, *, validation: bool = True, cuda: bool = True
 ) -> list[tuple[str, Any]]:
     """Every key a trial sets besides the knobs: the short run, plus one validation pass with the
     baseline's settings when it validates and ``validation`` (see ``trial_validation_recipe``),
-    else no validation and no text encoder at all."""
+    else no validation and no text encoder at all. Without ``cuda`` that pass loads the text
+    encoder without 8-bit (``TEXT_ENCODER_8BIT_OFF``)."""
     short = short_run_recipe(steps, trial_dir)
     if validation and steps >= 2 and baseline_validates(data):
         phases = trial_validation_recipe(data, steps)
+        if not cuda and validates_with_8bit_text_encoder(data):
+            phases.append((TEXT_ENCODER_8BIT_KEY, False))
         keep = {"validation.samples", *(k for k, _ in phases)}
         return [(k, v) for k, v in short if k not in keep] + phases
     section = data.get("validation")

@@ -8,10 +8,12 @@ to the user's, never a copy. The trainer's ``DataLoader`` stacks a batch with th
 (trainer.py:675-695: ``batch_size``, ``shuffle``, ``drop_last``), so every batch of the trial is a
 full batch of the largest shape: a config that fits it fits every batch of the run.
 
-When the largest bucket holds fewer samples than one step needs (batch size x GPUs), its samples
-are linked again under new names until a full batch exists: still links, and still the largest
-shape in every slot (the run itself would stack that bucket with others only if they shared its
-shape). The record says so.
+When the largest bucket holds fewer samples than the trial consumes, its samples are linked
+again under new names until the loader can serve every micro-step of the trial in one pass
+(``samples_for_trial``): still links, and still the largest shape in every slot (the run itself
+would stack that bucket with others only if they shared its shape). A view of one batch would
+make the trainer restart its loader every step (``StopIteration`` -> ``iter(dataloader)``,
+trainer.py:218-222), and the restart would land in the measured step time. The record says so.
 """
 
 from __future__ import annotations
@@ -25,6 +27,17 @@ from autotune.trainers.ltx2.latents import LatentShape, latent_shape
 
 VIEW_DIR = "data-view"
 _COPY_MARK = "__autotune_link"
+#: At most this many samples in a view (links per source folder); past it a long trial restarts
+#: its loader every few hundred steps, which the steady step time hardly sees.
+MAX_VIEW_SAMPLES = 4096
+
+
+def samples_for_trial(per_micro_step: int, micro_steps: int) -> int:
+    """How many samples a view needs so the trainer's loader (``drop_last``, trainer.py:685-693)
+    serves all ``micro_steps`` of a trial in one pass, with one batch to spare for accelerate's
+    prefetch: ``per_micro_step`` (batch size x GPUs) each, capped at ``MAX_VIEW_SAMPLES``."""
+    wanted = per_micro_step * (max(0, micro_steps) + 1)
+    return max(per_micro_step, min(MAX_VIEW_SAMPLES, wanted))
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,10 @@ class DataView:
     def describe(self) -> str:
         text = f"latent bucket {self.bucket.label()} (frames x height x width, the largest of {self.buckets})"
         if self.links > self.samples:
-            text += f": {self.samples} sample(s) linked {self.links} times to fill a batch"
+            text += (
+                f": {self.samples} sample(s) linked {self.links} times, so the loader serves the "
+                "whole trial without a restart"
+            )
         return text
 
 

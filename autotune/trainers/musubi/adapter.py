@@ -10,8 +10,12 @@ t2v-1.3B --dit ... --dataset_config x.toml ...``), a shell script read without a
 
 - ``blocks_to_swap``: ``--blocks_to_swap N`` (parser_common.py:391-396; 0 or absent: no swap,
   trainer_base.py:1496); at most ``num_blocks - 1`` (wan/modules/model.py:752-754): 39 for the
-  14B models (wan/configs/wan_t2v_14B.py:30, 40 layers), 29 for 1.3B (wan_t2v_1_3B.py:30), 36 for
-  HunyuanVideo (docs/hunyuan_video.md:238). Swapped blocks live in host RAM (docs/block_swap.md).
+  14B models (wan/configs/wan_t2v_14B.py:30, 40 layers), 29 for 1.3B (wan_t2v_1_3B.py:30), 38 for
+  HunyuanVideo (20 double and 40 single blocks, hunyuan_model/models.py:518-519, swapped as
+  ``n // 2`` double and ``(n - n // 2) * 2 + 1`` single with at most 19 and 39, :680-685; the
+  training docs say 38 too, docs/hunyuan_video.md:409). None with Wan 2.2's ``--dit_high_noise``
+  and ``--offload_inactive_dit``: the trainer refuses block swap beside it
+  (wan_train_network.py:82-86). Swapped blocks live in host RAM (docs/block_swap.md).
 - ``precision``: ``fp8`` = ``--fp8_base`` (the whole DiT cast to float8, model.py:1036-1037);
   ``fp8_scaled`` = ``--fp8_base --fp8_scaled`` (only the blocks' linears to fp8 with scales; norms
   and embeddings stay bf16, model.py:536-541, so a little larger than ``fp8``; it requires
@@ -108,8 +112,9 @@ SCRIPTS = {"wan_train_network.py": "wan", "hv_train_network.py": "hv"}
 #: --task -> DiT blocks (wan/configs/wan_t2v_14B.py:30, wan_t2v_1_3B.py:30, wan_i2v_14B.py:36,
 #: wan_*_A14B.py:30); the default task is t2v-14B (wan_train_network.py:723).
 WAN_DEFAULT_TASK = "t2v-14B"
-#: HunyuanVideo's documented training maximum (docs/hunyuan_video.md:238).
-HV_MAX_SWAP = 36
+#: HunyuanVideo's most swappable blocks: 20 double, 40 single, ``n // 2`` double and
+#: ``(n - n // 2) * 2 + 1`` single swapped, at most 19 and 39 (hunyuan_model/models.py:518-519, 680-685).
+HV_MAX_SWAP = 38
 DATASET_FLAG = "--dataset_config"
 STEPS_FLAG = "--max_train_steps"
 OUTPUT_FLAG = "--output_dir"
@@ -140,12 +145,22 @@ HEREDOC = "AUTOTUNE_DATASET_TOML"
 
 
 def swap_maximum(script: str, args: Sequence[str]) -> int:
-    """The most blocks this script's model can swap (``num_blocks - 1``, model.py:752-754)."""
+    """The most blocks this script's model can swap (``num_blocks - 1``, model.py:752-754);
+    0 when Wan 2.2 offloads its inactive expert (``offloads_inactive_dit``)."""
     if Path(script).name == "hv_train_network.py":
         return HV_MAX_SWAP
+    if offloads_inactive_dit(args):
+        return 0
     task = flag_value(args, "--task") or WAN_DEFAULT_TASK
     layers = 30 if "1.3B" in task else 40
     return layers - 1
+
+
+def offloads_inactive_dit(args: Sequence[str]) -> bool:
+    """Wan 2.2 trains both experts (``--dit_high_noise``) and keeps the inactive one in host RAM
+    (``--offload_inactive_dit``): the trainer then asserts that no block is swapped
+    (wan_train_network.py:82-86), so the swap knob stays at 0."""
+    return flag_value(args, "--dit_high_noise") is not None and has_flag(args, "--offload_inactive_dit")
 
 
 class MusubiAdapter(TrainerAdapter):
@@ -300,10 +315,20 @@ class MusubiAdapter(TrainerAdapter):
         limit = swap_maximum(baseline.data["script"], args)
         if isinstance(swap, bool) or not isinstance(swap, int) or swap < 0:
             raise ConfigError(f"blocks_to_swap must be a whole number >= 0; got {swap!r}")
+        if (
+            swap > limit
+            and offloads_inactive_dit(args)
+            and Path(baseline.data["script"]).name != "hv_train_network.py"
+        ):
+            raise CandidateRefused(
+                f"blocks_to_swap {swap}: with --dit_high_noise and --offload_inactive_dit the trainer "
+                "refuses block swap ('Block swap is not supported with offloading inactive DiT', "
+                "wan_train_network.py:82-86); drop --offload_inactive_dit from the baseline to sweep it"
+            )
         if swap > limit:
             raise CandidateRefused(
                 f"blocks_to_swap {swap}: this model has {limit + 1} blocks and swaps at most {limit} "
-                "(wan/modules/model.py:752-754)"
+                "(wan/modules/model.py:752-754, hunyuan_model/models.py:680-685)"
             )
         args = set_value_flag(args, SWAP_FLAG, str(swap)) if swap else drop_value_flag(args, SWAP_FLAG)
         precision = merged["precision"]

@@ -43,6 +43,11 @@ import time
 
 import yaml
 
+sys.path.insert(
+    0, os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+)  # tests/fakes: the hook's line format
+from hookline import hook_text
+
 sys.path.insert(0, os.getcwd())  # run.py:17
 
 from toolkit.fake_model import HOST_MB_PER_GB, job_model
@@ -161,7 +166,7 @@ class Hook:
                 "pid": os.getpid(),
             }
             with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record) + "\n")
+                fh.write(hook_text(record))
 
 
 def clock(seconds: float) -> str:

@@ -57,6 +57,11 @@ from typing import Any
 
 import tomllib
 
+sys.path.insert(
+    0, os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+)  # tests/fakes: the hook's line format
+from hookline import hook_text
+
 DTYPE_MAP = ("float32", "float16", "bfloat16", "float8", "float8_e4m3fn", "float8_e5m2")
 #: Bytes per weight relative to bfloat16.
 DTYPE_SIZE = {
@@ -243,7 +248,7 @@ class Hook:
     def event(self, kind: str, **fields: Any) -> None:
         if self.path:
             with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"event": kind, **fields, "pid": os.getpid()}) + "\n")
+                fh.write(hook_text({"event": kind, **fields, "pid": os.getpid()}))
 
 
 def oom(tried_gb: float, card_gb: float, used_gb: float, hook: Hook) -> int:

@@ -10,7 +10,7 @@ from tests.conftest import FAKES
 from tests.trainers import Case
 
 AITK_LIKE = """\
-# An ai-toolkit job (config/examples/train_lora_flux_24gb.yaml's shape; comments must survive).
+# An ai-toolkit job (config/examples/train_lora_qwen_image_24gb.yaml's shape; comments must survive).
 job: extension
 config:
   name: "my_lora_v1"
@@ -29,8 +29,10 @@ config:
         gradient_checkpointing: true  # need the on unless you have a ton of vram
         optimizer: "adamw8bit"
       model:
-        name_or_path: "black-forest-labs/FLUX.1-dev"
-        quantize: true  # run 8bit mixed precision
+        name_or_path: "Qwen/Qwen-Image"
+        arch: "qwen_image"  # a model class that reads the offload fraction (the legacy path does not)
+        quantize: true  # run 4bit mixed precision
+        qtype: "uint4"  # not qfloat8: with layer offloading ai-toolkit would swap it for torchao float8
 """
 AITK_PARAMS = {
     "qtype": "none",

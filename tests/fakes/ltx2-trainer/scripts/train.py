@@ -68,6 +68,11 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(
+    0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+)  # tests/fakes: the hook's line format
+from hookline import hook_text
+
 LEVEL = "INFO     "
 WARNING = "WARNING  "
 LINE_EVERY = 20  # trainer.py:299
@@ -213,7 +218,7 @@ class Card:
         if self.hook is not None:
             record = {"event": kind, **fields, "max_memory_reserved_gb": self.reserved, "pid": os.getpid()}
             with open(self.hook, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record) + "\n")
+                fh.write(hook_text(record))
 
 
 def oom_exit(tried_gb, card):

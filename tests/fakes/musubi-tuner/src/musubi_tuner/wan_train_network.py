@@ -33,6 +33,11 @@ from pathlib import Path
 
 import tomlkit  # the real trainer reads it with the toml package (config_utils.py:20); 3.10 has no tomllib
 
+sys.path.insert(
+    0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
+)  # tests/fakes: the hook's line format
+from hookline import hook_text
+
 # --- the model ----------------------------------------------------------------------------------
 
 #: wan/configs/wan_t2v_14B.py:30 (40 layers), wan_t2v_1_3B.py:30 (30 layers); default task t2v-14B
@@ -345,7 +350,7 @@ def hook_line(kind: str, **fields) -> None:
     where = os.environ.get("AUTOTUNE_HOOK_FILE")
     if where:
         with open(where, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"event": kind, **fields, "pid": os.getpid()}) + "\n")
+            fh.write(hook_text({"event": kind, **fields, "pid": os.getpid()}))
 
 
 def interval(seconds: float) -> str:
