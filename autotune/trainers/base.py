@@ -115,6 +115,16 @@ class TrainerTraits:
 
 
 @dataclass(frozen=True)
+class TrialRun:
+    """What ``render`` asks an adapter's ``write_trial`` for: a run of ``steps`` optimizer steps of
+    ``gradient_accumulation_steps`` micro-steps each, written under ``trial_dir`` (absolute)."""
+
+    steps: int
+    gradient_accumulation_steps: int
+    trial_dir: Path
+
+
+@dataclass(frozen=True)
 class TrialLaunch:
     """What an adapter's ``write_trial`` wrote, for ``render`` to finish: how to launch it, the
     per-GPU batch it trains, and what the trial record holds besides the common fields."""
@@ -167,13 +177,7 @@ class TrainerAdapter(ABC):
         the argv) is the adapter's ``write_trial``."""
         check_positive_int("steps", steps)
         trial_dir = Path(trial_dir).resolve()
-        trial = self.write_trial(
-            baseline,
-            params,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            steps=steps,
-            trial_dir=trial_dir,
-        )
+        trial = self.write_trial(baseline, params, TrialRun(steps, gradient_accumulation_steps, trial_dir))
         gpus = trial.num_gpus if trial.num_gpus is not None else max(1, baseline.num_gpus)
         data_parallel = trial.num_gpus if trial.num_gpus is not None else self.data_parallel(baseline)
         write_trial_record(
@@ -192,16 +196,8 @@ class TrainerAdapter(ABC):
         return LaunchSpec(argv=tuple(trial.argv), cwd=trial.cwd, env=env)
 
     @abstractmethod
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        """Write the trial's config under ``trial_dir`` (absolute; made here, after any
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        """Write the trial's config under ``run.trial_dir`` (absolute; made here, after any
         ``CandidateRefused``) and say how to launch it (``render`` does the rest)."""
 
     @abstractmethod

@@ -33,7 +33,7 @@ from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
@@ -240,24 +240,16 @@ class AiToolkitAdapter(TrainerAdapter):
             edits[GRAD_ACCUM_KEY] = gradient_accumulation_steps
         return edits
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        edits = self.knob_edits(baseline, params, gradient_accumulation_steps)
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        edits = self.knob_edits(baseline, params, run.gradient_accumulation_steps)
         cwd = self.cwd(baseline)
         bucket, datasets = largest_bucket(baseline.data, str(baseline.path or "<config>"))
-        edits.update(trial_recipe(baseline.data, steps, trial_dir))
+        edits.update(trial_recipe(baseline.data, run.steps, run.trial_dir))
         edits[f"{PROCESS}.datasets"] = datasets
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
         cfg.set_many({k: v for k, v in edits.items() if not cfg.has(k) or not same_value(cfg.get(k), v)})
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        config_path = trial_dir / CONFIG_NAME
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        config_path = run.trial_dir / CONFIG_NAME
         config_path.write_text(cfg.dump(), encoding="utf-8")
         merged = {**self.baseline_params(baseline), **params}
         return TrialLaunch(

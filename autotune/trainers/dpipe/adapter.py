@@ -29,7 +29,7 @@ from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.errors import UsageError
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
 from autotune.trainers.dpipe.config import (
     GRAD_ACCUM_KEY,
     KNOB_KEYS,
@@ -222,28 +222,20 @@ class DiffusionPipeAdapter(TrainerAdapter):
             GRAD_ACCUM_KEY: gradient_accumulation_steps,
         }
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        knobs = self.knob_values(baseline, params, gradient_accumulation_steps)
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        knobs = self.knob_values(baseline, params, run.gradient_accumulation_steps)
         cwd = self.cwd(baseline)
         source = str(baseline.path or "<baseline>")
         dataset = read_dataset(baseline.data, source, cwd)
         bucket = keep_largest_bucket(dataset)
         cfg = TomlConfig(baseline.text, source)
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        (trial_dir / DATASET_NAME).write_text(dataset.text, encoding="utf-8")
-        edits = {**knobs, **recipe_edits(baseline.data, steps, trial_dir)}
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        (run.trial_dir / DATASET_NAME).write_text(dataset.text, encoding="utf-8")
+        edits = {**knobs, **recipe_edits(baseline.data, run.steps, run.trial_dir)}
         for key, value in edits.items():
             if value is None or not same_value(cfg.get(key), value):
                 cfg.set(key, value)
-        config_path = trial_dir / CONFIG_NAME
+        config_path = run.trial_dir / CONFIG_NAME
         config_path.write_text(cfg.text, encoding="utf-8")
         return TrialLaunch(
             argv=self.launch_command(baseline, config_path),

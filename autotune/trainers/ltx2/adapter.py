@@ -21,7 +21,15 @@ from autotune.core.space import from_study_value, to_study_value
 from autotune.core.timing import WARMUP_STEPS
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import NO_CUDA_KEY, Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import (
+    NO_CUDA_KEY,
+    Baseline,
+    Params,
+    TrainerAdapter,
+    TrainerTraits,
+    TrialLaunch,
+    TrialRun,
+)
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
@@ -180,39 +188,33 @@ class Ltx2Adapter(TrainerAdapter):
             (KNOB_KEYS["gradient_checkpointing"], merged["gradient_checkpointing"]),
         ]
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        values = self.knob_values(baseline, params, gradient_accumulation_steps)
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        values = self.knob_values(baseline, params, run.gradient_accumulation_steps)
         batch = dict(values)[KNOB_KEYS["batch_size"]]
         cwd = self.cwd(baseline)
         limit = self._sample_limit(baseline, cwd)
         check_batch_fits(batch, limit, baseline.num_gpus, data_sources(baseline.data))
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
         edits = {k: v for k, v in values if not cfg.has(k) or not same_value(cfg.get(k), v)}
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
         recipe = trial_recipe(
             baseline.data,
-            steps,
-            trial_dir,
+            run.steps,
+            run.trial_dir,
             validation=self.trial_validation,
             cuda=not baseline.extra.get(NO_CUDA_KEY),
         )
-        needed = samples_for_trial(batch * max(1, baseline.num_gpus), steps * gradient_accumulation_steps)
-        view = self._data_view(baseline, limit, trial_dir, needed)
+        needed = samples_for_trial(
+            batch * max(1, baseline.num_gpus), run.steps * run.gradient_accumulation_steps
+        )
+        view = self._data_view(baseline, limit, run.trial_dir, needed)
         if view is not None:
             recipe.append(("data.preprocessed_data_root", str(view.root)))
         cfg.set_many({**edits, **recipe_edits(cfg, recipe, create_sections=self.create_missing_sections)})
-        config_path = trial_dir / "config.yaml"
+        config_path = run.trial_dir / "config.yaml"
         config_path.write_text(cfg.dump(), encoding="utf-8")
         record = {
-            "validation_step": steps - 1 if dict(recipe).get("validation.interval") else None,
+            "validation_step": run.steps - 1 if dict(recipe).get("validation.interval") else None,
             "data_bucket": view.describe() if view is not None else None,
         }
         argv = self.launch_argv(baseline, config_path, progress_bars=False)

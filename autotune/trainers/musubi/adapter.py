@@ -59,7 +59,7 @@ from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.errors import UsageError
 from autotune.execution.launch import redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_number,
@@ -235,32 +235,26 @@ class MusubiAdapter(TrainerAdapter):
         args = set_knob_flags(baseline.data, merged, gradient_accumulation_steps)
         return args, batch
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        args, batch = self.knob_args(baseline, params, gradient_accumulation_steps)
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        args, batch = self.knob_args(baseline, params, run.gradient_accumulation_steps)
         for flag in DROP_VALUE_FLAGS:
             args = drop_value_flag(args, flag)
         for flag in DROP_BOOL_FLAGS:
             args = set_bool_flag(args, flag, False)
-        args = set_value_flag(args, STEPS_FLAG, str(steps))
-        args = set_value_flag(args, OUTPUT_FLAG, str(trial_dir / "output"))
+        args = set_value_flag(args, STEPS_FLAG, str(run.steps))
+        args = set_value_flag(args, OUTPUT_FLAG, str(run.trial_dir / "output"))
         record = baseline.data
         toml = TomlConfig(record["dataset_text"], record["dataset_path"])
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        dataset_text, view = make_trial_dataset(toml, Path(record["cwd"]), record["arch"], batch, trial_dir)
-        dataset_file = trial_dir / "dataset.toml"
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        dataset_text, view = make_trial_dataset(
+            toml, Path(record["cwd"]), record["arch"], batch, run.trial_dir
+        )
+        dataset_file = run.trial_dir / "dataset.toml"
         dataset_file.write_text(dataset_text, encoding="utf-8")
         args = set_value_flag(args, DATASET_FLAG, str(dataset_file))
         gpus = max(1, baseline.num_gpus)
         argv = self._argv(record, args, gpus)
-        (trial_dir / "config.yaml").write_text(
+        (run.trial_dir / "config.yaml").write_text(
             # A record for people and for ``load_baseline``; secrets in the env go to the trainer only.
             yaml.safe_dump(
                 {
@@ -276,7 +270,7 @@ class MusubiAdapter(TrainerAdapter):
             ),
             encoding="utf-8",
         )
-        (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
+        (run.trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
         env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
         return TrialLaunch(
             argv=argv,

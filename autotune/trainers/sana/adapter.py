@@ -36,7 +36,7 @@ from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_number,
@@ -178,18 +178,10 @@ class SanaAdapter(TrainerAdapter):
             args = set_bool_flag(args, flag, merged[knob])
         return args
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        args = self.knob_args(baseline, params, gradient_accumulation_steps)
-        args = set_value_flag(args, STEPS_FLAG, str(steps))
-        args = set_value_flag(args, OUTPUT_FLAG, str(trial_dir / "output"))
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        args = self.knob_args(baseline, params, run.gradient_accumulation_steps)
+        args = set_value_flag(args, STEPS_FLAG, str(run.steps))
+        args = set_value_flag(args, OUTPUT_FLAG, str(run.trial_dir / "output"))
         for flag in DROP_VALUE_FLAGS:
             args = drop_value_flag(args, flag)
         for flag in DROP_BOOL_FLAGS:
@@ -198,8 +190,8 @@ class SanaAdapter(TrainerAdapter):
             args = set_value_flag(args, "--checkpointing_steps", str(_NEVER))
         record = dict(baseline.data)
         argv = self._argv(record, args, max(1, baseline.num_gpus))
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        (trial_dir / "config.yaml").write_text(
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        (run.trial_dir / "config.yaml").write_text(
             # A record for people; the env goes to the trainer only (a hub token must not reach the disk).
             yaml.safe_dump(
                 {**record, "env": redacted_env(record["env"]), "args": args, "argv": argv},
@@ -208,7 +200,7 @@ class SanaAdapter(TrainerAdapter):
             ),
             encoding="utf-8",
         )
-        (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
+        (run.trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
         env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
         return TrialLaunch(
             argv=argv, cwd=Path(record["cwd"]), batch_size=int_flag(args, BATCH_FLAG, 1), env=env
