@@ -29,7 +29,7 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -112,6 +112,19 @@ class TrainerTraits:
     takes_trainer_python: bool = False
     #: Trials run the baseline's validation pass (``--no-validation-in-trials`` turns it off).
     validates_in_trials: bool = False
+
+
+def read_baseline(
+    config: Path | None, from_text: Callable[[str, Path | None], Baseline], missing: str
+) -> Baseline:
+    """The baseline in the file ``config``, parsed by the adapter's ``from_text``; ``missing`` is the
+    error (what to pass) when no ``--config`` was given."""
+    from autotune.config.yamlconf import read_config_text  # here: the CLI imports base, not ruamel
+
+    if config is None:
+        raise UsageError(missing)
+    path = Path(config)
+    return from_text(read_config_text(path), path)
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.tomledit import TomlConfig, load_toml_data
-from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.errors import UsageError
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
+from autotune.trainers.base import (
+    Baseline,
+    Params,
+    TrainerAdapter,
+    TrainerTraits,
+    TrialLaunch,
+    TrialRun,
+    read_baseline,
+)
 from autotune.trainers.dpipe.config import (
     GRAD_ACCUM_KEY,
     KNOB_KEYS,
@@ -72,6 +79,13 @@ from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_me
 RUN_ENV = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
 
 
+#: The error when no --config is given: what to pass.
+NO_CONFIG = (
+    "diffusion-pipe needs your training config: pass it with --config FILE.toml "
+    "(its `dataset = '...'` names the dataset config)"
+)
+
+
 class DiffusionPipeAdapter(TrainerAdapter):
     """Options: ``trainer_dir`` (the diffusion-pipe checkout, holding ``train.py``; found from the
     config's folder or the current one when omitted), ``launcher`` (argv that runs Python, the CLI's
@@ -105,13 +119,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
     # --- baseline ------------------------------------------------------------------------------
 
     def load_baseline(self, config: Path | None) -> Baseline:
-        if config is None:
-            raise UsageError(
-                "diffusion-pipe needs your training config: pass it with --config FILE.toml "
-                "(its `dataset = '...'` names the dataset config)"
-            )
-        path = Path(config)
-        return self.baseline_from_text(read_config_text(path), path=path)
+        return read_baseline(config, self.baseline_from_text, NO_CONFIG)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         source = str(path) if path else "<config>"

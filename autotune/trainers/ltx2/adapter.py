@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from autotune.config.yamlconf import RoundTripConfig, read_config_text
+from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
 from autotune.core.timing import WARMUP_STEPS
@@ -29,6 +29,7 @@ from autotune.trainers.base import (
     TrainerTraits,
     TrialLaunch,
     TrialRun,
+    read_baseline,
 )
 from autotune.trainers.kit.common import (
     check_params,
@@ -73,6 +74,13 @@ CODE_DEFAULTS: dict[str, Any] = {
 QUANTIZATIONS = ("int8-quanto", "int4-quanto", "int2-quanto", "fp8-quanto", "fp8uz-quanto", "none")
 OPTIMIZERS = ("adamw", "adamw8bit")
 RUN_ENV = {"COLUMNS": "250", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
+
+
+#: The error when no --config is given: what to pass.
+NO_CONFIG = (
+    "trainer {name!r} needs a config to start from: write one with "
+    "'autotune plan -o plan.yaml' or pass your own with --config FILE"
+)
 
 
 class Ltx2Adapter(TrainerAdapter):
@@ -148,13 +156,7 @@ class Ltx2Adapter(TrainerAdapter):
     # --- baseline ------------------------------------------------------------------------------
 
     def load_baseline(self, config: Path | None) -> Baseline:
-        if config is None:
-            raise UsageError(
-                f"trainer {self.name!r} needs a config to start from: write one with "
-                "'autotune plan -o plan.yaml' or pass your own with --config FILE"
-            )
-        text = read_config_text(Path(config))
-        return self.baseline_from_text(text, path=Path(config))
+        return read_baseline(config, self.baseline_from_text, NO_CONFIG.format(name=self.name))
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         """A baseline from YAML text (a plan held in memory, say); the text is kept verbatim."""

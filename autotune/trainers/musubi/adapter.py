@@ -54,12 +54,19 @@ from typing import Any, ClassVar
 import yaml
 
 from autotune.config.tomledit import TomlConfig
-from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.errors import UsageError
 from autotune.execution.launch import redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
+from autotune.trainers.base import (
+    Baseline,
+    Params,
+    TrainerAdapter,
+    TrainerTraits,
+    TrialLaunch,
+    TrialRun,
+    read_baseline,
+)
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_number,
@@ -128,6 +135,14 @@ DROP_VALUE_FLAGS = (
 DROP_BOOL_FLAGS = ("--sample_at_first", "--save_state", "--save_state_on_train_end")
 
 
+#: The error when no --config is given: what to pass.
+NO_CONFIG = (
+    "trainer 'musubi' needs your training command: pass --config FILE, a script with the line "
+    "'accelerate launch ... src/musubi_tuner/wan_train_network.py --dataset_config x.toml ...' "
+    "(docs/wan.md), or a YAML with script:, args:, optional launcher:, cwd:, env:"
+)
+
+
 class MusubiAdapter(TrainerAdapter):
     """Options: ``trainer_dir`` (the musubi-tuner checkout the command runs in; default: the
     command's ``cd``, else its file's folder), ``launcher`` (argv that runs Python in place of the
@@ -169,14 +184,7 @@ class MusubiAdapter(TrainerAdapter):
     # --- the baseline ----------------------------------------------------------------------------
 
     def load_baseline(self, config: Path | None) -> Baseline:
-        if config is None:
-            raise UsageError(
-                "trainer 'musubi' needs your training command: pass --config FILE, a script with the line "
-                "'accelerate launch ... src/musubi_tuner/wan_train_network.py --dataset_config x.toml ...' "
-                "(docs/wan.md), or a YAML with script:, args:, optional launcher:, cwd:, env:"
-            )
-        path = Path(config)
-        return self.baseline_from_text(read_config_text(path), path)
+        return read_baseline(config, self.baseline_from_text, NO_CONFIG)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         record = read_command(text, path, self.trainer_dir)

@@ -30,13 +30,20 @@ from typing import Any, ClassVar
 
 import yaml
 
-from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
-from autotune.errors import ConfigError, UsageError
+from autotune.errors import ConfigError
 from autotune.execution.launch import redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
+from autotune.trainers.base import (
+    Baseline,
+    Params,
+    TrainerAdapter,
+    TrainerTraits,
+    TrialLaunch,
+    TrialRun,
+    read_baseline,
+)
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_number,
@@ -96,6 +103,14 @@ def parse_tqdm(text: str) -> tuple[float | None, list[float]]:
 # --- the adapter -------------------------------------------------------------------------------
 
 
+#: The error when no --config is given: what to pass.
+NO_CONFIG = (
+    "trainer 'sana' needs your training command: pass --config FILE with either a YAML "
+    "(script:, args:, optional launcher:, cwd:, env:) or a shell line like "
+    "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...'"
+)
+
+
 class SanaAdapter(TrainerAdapter):
     """Options: ``launcher`` (argv that runs Python; overrides the baseline's), ``hook``
     (inject the trial-side hook: step times, memory, losses, real batches, the ``--vram-gb`` card;
@@ -123,15 +138,7 @@ class SanaAdapter(TrainerAdapter):
         self.hook = hook_option(options, self.name)
 
     def load_baseline(self, config: Path | None) -> Baseline:
-        if config is None:
-            raise UsageError(
-                "trainer 'sana' needs your training command: pass --config FILE with either a YAML "
-                "(script:, args:, optional launcher:, cwd:, env:) or a shell line like "
-                "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...'"
-            )
-        path = Path(config)
-        text = read_config_text(path)
-        return self.baseline_from_text(text, path)
+        return read_baseline(config, self.baseline_from_text, NO_CONFIG)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         source = str(path) if path else "<command>"
