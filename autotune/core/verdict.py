@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from autotune.core.metrics import Readings, TrialMetrics, merge_metrics
-from autotune.core.outcome import OomDetails, Outcome
+from autotune.core.outcome import OomDetails, Outcome, unranked
 from autotune.core.record import TrialRecord
 from autotune.core.space import fidelity_score
 
@@ -208,12 +208,8 @@ def measured_attrs(
         attrs.update(TrialRecord.attrs_of(timed_by=metrics.timed_by))
     if peak_disagreement(metrics.trainer_peak_vram_gb, metrics.measured_peak_vram_gb):
         attrs.update(TrialRecord.attrs_of(peak_disagrees=True))
-    if outcome == Outcome.OK and sps is None:
-        attrs.update(
-            TrialRecord.attrs_of(
-                outcome=Outcome.CRASH.value, reason="finished but no step time or samples/s could be read"
-            )
-        )
+    if outcome == Outcome.OK and (unmeasured := unranked(metrics)) is not None:
+        attrs.update(TrialRecord.attrs_of(outcome=unmeasured.outcome.value, reason=unmeasured.reason))
     if sps is not None and "step_time_spread_s" not in attrs:
         attrs.update(TrialRecord.attrs_of(spread_unknown=True))  # one figure: its noise is not invented
     if peak is not None:
