@@ -210,7 +210,7 @@ def build_report(
                 report.timelines[r.number] = points
 
     report.optuna_judges_fit, report.optuna_best = optuna_best(trials)
-    report.memory_phases = phase_lines(rows, lambda r: _resolve(r.trial_dir, root))
+    report.memory_phases = phase_lines(rows)
     _add_warnings(
         report, beaten, base_eff, validated=validation_ran(rows, lambda r: _resolve(r.trial_dir, root))
     )
