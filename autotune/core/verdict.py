@@ -353,8 +353,15 @@ def judge(
     if run.wall_s is not None:
         attrs.update(TrialRecord.attrs_of(wall_s=round(run.wall_s, 3)))
     record = TrialRecord(-1, attrs=attrs)
-    value = record.samples_per_s if record.is_ok else None
-    return Judgement(Outcome(str(record.outcome)), str(record.reason), metrics, attrs, value)
+    return Judgement(Outcome(str(record.outcome)), str(record.reason), metrics, attrs, study_value(attrs))
+
+
+def study_value(attrs: Mapping[str, Any]) -> float | None:
+    """The study value of a trial finished with ``attrs``: its samples/s when it ran ok and was
+    measured (COMPLETE), else ``None`` (FAIL). Every finished trial's state is decided here: one
+    judged now, one that reuses an earlier twin's result, one that never ran."""
+    record = TrialRecord(-1, attrs=attrs)
+    return record.samples_per_s if record.is_ok else None
 
 
 def record_fits(record: TrialRecord, limit_gb: float | None) -> bool | None:
