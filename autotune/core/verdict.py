@@ -30,6 +30,7 @@ from autotune.core.metrics import Readings, TrialMetrics, merge_metrics
 from autotune.core.outcome import OomDetails, Outcome, unranked
 from autotune.core.record import TrialRecord
 from autotune.core.space import fidelity_score
+from autotune.core.timing import too_short_text
 
 #: Run-to-run noise floor for near-ties (relative: 0.015 is 1.5 %), the strategy's ``min_noise``.
 MIN_NOISE = 0.015
@@ -210,6 +211,16 @@ def measured_attrs(
         attrs.update(TrialRecord.attrs_of(peak_disagrees=True))
     if outcome == Outcome.OK and (unmeasured := unranked(metrics)) is not None:
         attrs.update(TrialRecord.attrs_of(outcome=unmeasured.outcome.value, reason=unmeasured.reason))
+    for key, count in (("steps_run", metrics.steps_run), ("steady_steps", metrics.steady_steps)):
+        if isinstance(count, int) and count >= 0:
+            attrs[key] = count
+    if (
+        attrs["outcome"] == Outcome.OK.value  # not one the nothing-measured rule made a crash
+        and sps is not None
+        and metrics.steady_steps is not None
+        and (short := too_short_text(metrics.steady_steps, metrics.steps_run)) is not None
+    ):
+        attrs.update(TrialRecord.attrs_of(reason=f"{reason}; {short}" if reason else short))
     if sps is not None and "step_time_spread_s" not in attrs:
         attrs.update(TrialRecord.attrs_of(spread_unknown=True))  # one figure: its noise is not invented
     if peak is not None:
