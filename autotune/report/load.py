@@ -43,6 +43,7 @@ from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
 from autotune.report.winning import adapter_for, add_command
+from autotune.store.optuna_private import read_study_trials
 from autotune.store.settings import settings_of
 from autotune.store.study import card_gb_of
 from autotune.trainers import TrainerAdapter, adapter_class
@@ -120,7 +121,7 @@ def build_report(
     baseline_number = int(baseline_number) if isinstance(baseline_number, int) else None
     fidelity: dict[str, Any] = dict(trainer_fidelity(trainer, knobs))
 
-    trials = study.get_trials(deepcopy=False)
+    trials = read_study_trials(study)
     counts = count_trials(TrialRecord.from_trial(t) for t in trials)
     rows = [row_from_trial(t, base, knobs, baseline_number) for t in trials]
     by_number = {r.number: r for r in rows}

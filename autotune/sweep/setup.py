@@ -123,7 +123,7 @@ def plan_sweep(
     """
     from autotune.trainers import get_adapter
 
-    workdir = opts.workdir.expanduser().resolve()
+    workdir = urls.check_workdir(opts.workdir.expanduser().resolve())
     storage_url = urls.check_storage_url(opts.storage or urls.default_storage_url(workdir))
     study_name = st.validate_study_name(opts.study or default_study_name(opts))
 
