@@ -70,3 +70,21 @@ def test_nothing_measured_is_one_rule(metrics: TrialMetrics, crash: bool) -> Non
     else:
         assert why.outcome is Outcome.OK and attrs["outcome"] == "ok"
     assert unranked(None) is None  # no metrics given: the output alone decides
+
+
+@pytest.mark.parametrize(
+    ("attrs", "value"),
+    [
+        ({"outcome": "ok", "samples_per_s": 4.0}, 4.0),  # COMPLETE with its speed
+        ({"outcome": "ok"}, None),  # nothing to rank it by: FAIL
+        ({"outcome": "ok", "samples_per_s": float("inf")}, None),
+        ({"outcome": "oom", "samples_per_s": 4.0}, None),  # any other end fails, whatever its figures
+        ({"outcome": "nan", "samples_per_s": 4.0}, None),
+        ({"outcome": "config_error"}, None),
+        ({"outcome": "ok", "samples_per_s": 4.0, "same_command_as": 3}, 4.0),  # a reused twin's result
+    ],
+)
+def test_the_study_value_is_decided_by_the_verdict(attrs: dict[str, object], value: float | None) -> None:
+    from autotune.core.verdict import study_value
+
+    assert study_value(attrs) == value

@@ -372,7 +372,8 @@ def study_value(attrs: Mapping[str, Any]) -> float | None:
     measured (COMPLETE), else ``None`` (FAIL). Every finished trial's state is decided here: one
     judged now, one that reuses an earlier twin's result, one that never ran."""
     record = TrialRecord(-1, attrs=attrs)
-    return record.samples_per_s if record.is_ok else None
+    sps = record.samples_per_s
+    return sps if record.is_ok and sps is not None and math.isfinite(sps) and sps > 0 else None
 
 
 def record_fits(record: TrialRecord, limit_gb: float | None) -> bool | None:
