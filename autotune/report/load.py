@@ -194,14 +194,10 @@ def build_report(
     if best is not None and isinstance(base_sps, (int, float)) and base_sps > 0:
         report.speedup = round(float(best.get("samples_per_s")) / float(base_sps), 4)
 
-    # Effective batch: the baseline's, from its trial or from its params.
+    # Effective batch: the baseline's as recorded, on its trial or (no baseline trial) on the study.
     base_eff = baseline.get("effective_batch") if baseline is not None else None
-    if base_eff is None and isinstance(base.get("batch_size"), int):
-        base_eff = (
-            base["batch_size"]
-            * int(base.get("gradient_accumulation_steps") or 1)
-            * int(card.get("count") or 1)
-        )
+    if base_eff is None:
+        base_eff = sattrs.get("effective_batch")
     report.baseline_effective_batch = base_eff if isinstance(base_eff, int) else None
     for r in rows:
         eff = r.get("effective_batch")
@@ -224,7 +220,7 @@ def build_report(
                 report.timelines[r.number] = points
 
     report.optuna_judges_fit, report.optuna_best = optuna_best(trials)
-    report.memory_phases = phase_lines(rows, lambda r: _resolve(r.trial_dir, root))
+    report.memory_phases = phase_lines(rows)
     _add_warnings(
         report, beaten, base_eff, validated=validation_ran(rows, lambda r: _resolve(r.trial_dir, root))
     )

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import TrialMetrics, effective_batch
 from autotune.errors import UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.kit.common import check_positive_int, hook_env, metrics_env, write_trial_record
@@ -199,7 +199,7 @@ class TrainerAdapter(ABC):
             batch_size=trial.batch_size,
             gradient_accumulation_steps=gradient_accumulation_steps,
             num_gpus=gpus,
-            effective_batch=trial.batch_size * gradient_accumulation_steps * data_parallel,
+            effective_batch=effective_batch(trial.batch_size, gradient_accumulation_steps, data_parallel),
             steps=steps,
             **trial.record,
         )
