@@ -144,6 +144,11 @@ def test_signal_ends_the_trials_whole_family_and_records_it_interrupted(
     assert all(_gone(pid) for pid in family.values()), family
     (trial,) = _trials(workdir / "studies.db")
     assert trial["state"] == "FAIL" and trial["attrs"]["outcome"] == "interrupted"
+    # status says this run was interrupted (not an earlier run's "budget spent"), and counts nothing
+    status = _run([sys.executable, "-m", "autotune", "status", "--workdir", str(workdir)], tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert f"last run stopped: interrupted by {sig.name}" in status.stdout
+    assert "trials: 0 finished, +1 interrupted (run again, not counted)" in status.stdout
 
 
 @pytest.mark.process

@@ -235,10 +235,10 @@ def test_declared_knobs_reach_the_config_and_a_worker_rebuilds_the_same_space(tm
 
 
 def test_the_report_adapter_rebuilt_from_the_settings_knows_the_declared_placeholders(tmp_path: Path) -> None:
-    from autotune.report.winning import _option_value
+    from autotune.store.settings import read_settings
 
     plan = _plan(tmp_path, "train --bs {batch_size} --swap {swap}", knobs=("swap=0,1",))
-    options = {k: _option_value(v) for k, v in plan.settings["trainer_options"].items()}
+    options = read_settings(plan.settings)["trainer_options"]
     adapter = get_adapter("command", **options)
     assert "--swap 1" in adapter.training_command(
         tmp_path / "c.yaml", params={"batch_size": 2, "swap": 1}, steps=10
@@ -359,3 +359,102 @@ def test_near_ties_are_judged_only_on_the_knobs_the_sweep_had(knobs: list[str] |
     from autotune.config.knobs import trainer_fidelity
 
     assert trainer_fidelity("command", knobs) == fidelity
+
+
+# --- every kind is capped; a switch with no value is a knob too ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("x=count:1000000000", r"1000000001 values, more than 256; a count knob takes every integer"),
+        ("x=count:256", r"257 values, more than 256"),
+        ("x=fraction:0.0000001", r"10000001 values, more than 256; write a coarser step"),
+        ("x=fraction:0.001", r"1001 values, more than 256"),
+        ("x=" + ",".join(map(str, range(300))), r"300 values, more than 256"),
+        ("x=int:1..1000000000", r"1000000000 values, more than 256"),
+    ],
+)
+def test_every_kind_of_knob_is_capped(spec: str, match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        parse_knob(spec)
+
+
+def test_knobs_at_the_cap_still_parse() -> None:
+    assert len(parse_knob("x=count:255").values) == 256
+    assert parse_knob("x=fraction:0.01").values[:2] == (1.0, 0.99)
+
+
+def test_an_uncapped_count_exits_2_at_once_from_the_command_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "sweep", "--cmd", "train {x}", "--knob", "x=count:1000000000",
+         "--workdir", str(tmp_path / "runs"), "--vram-gb", "8"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: --knob 'x=count:1000000000': 1000000001 values")
+    )
+    assert not (tmp_path / "runs" / "studies.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "values", "flag"),
+    [
+        ("ckpt=flag", (True, False), "--ckpt"),
+        ("ckpt=flag:--grad-checkpointing", (True, False), "--grad-checkpointing"),
+        ("ckpt=flag:--grad-checkpointing:saves", (True, False), "--grad-checkpointing"),
+        ("ema=flag:--use-ema:costs", (False, True), "--use-ema"),
+    ],
+)
+def test_flag_knobs_parse_in_the_order_of_their_meaning(
+    spec: str, values: tuple[bool, ...], flag: str
+) -> None:
+    knob = parse_knob(spec)
+    assert (knob.values, knob.flag) == (values, flag)
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [("x=flag:--a b", r"must be one argument"), ("x=flag:--a:maybe", r"is not a flag knob")],
+)
+def test_bad_flag_knobs_say_how(spec: str, match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        parse_knob(spec)
+
+
+def test_a_flag_knob_renders_as_the_flag_or_nothing(tmp_path: Path) -> None:
+    from autotune.report.winning import _option_value
+
+    plan = _plan(
+        tmp_path,
+        "train --bs {batch_size} {ckpt} --steps {steps}",
+        knobs=("ckpt=flag:--grad-checkpointing",),
+    )
+    assert plan.base_params["ckpt"] is True  # the saving end: present
+    argvs = []
+    for value in (True, False):
+        spec = plan.adapter.render(
+            plan.baseline, {"batch_size": 2, "ckpt": value}, gradient_accumulation_steps=1, steps=3,
+            trial_dir=tmp_path / f"t{value}",
+        )  # fmt: skip
+        argvs.append(list(spec.argv))
+    assert argvs == [
+        ["train", "--bs", "2", "--grad-checkpointing", "--steps", "3"],
+        ["train", "--bs", "2", "--steps", "3"],
+    ]
+    # the report's launch command, from the adapter rebuilt out of the stored settings
+    options = {k: _option_value(v) for k, v in plan.settings["trainer_options"].items()}
+    adapter = get_adapter("command", **options)
+    command = adapter.training_command(tmp_path / "c.yaml", params={"batch_size": 2, "ckpt": False}, steps=10)
+    assert command.endswith("train --bs 2 --steps 10")
+
+
+def test_a_flag_knob_inside_a_larger_argument_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"is part of the template argument '--ckpt=\{ckpt\}'"):
+        _plan(tmp_path, "train --ckpt={ckpt}", knobs=("ckpt=flag",))

@@ -396,7 +396,7 @@ def test_max_trials_and_budget_count_across_resumes(tmp_path: Path) -> None:
     assert _sweep(tmp_path, "--max-trials", "2").returncode == 0
     assert len(_launches(tmp_path)) == 2
     run = _sweep(tmp_path, "--max-trials", "4")
-    assert run.returncode == 0 and "max-trials (4) reached after 4 trial(s)" in run.stdout
+    assert run.returncode == 0 and "max-trials (4) reached after 4 trial(s) finished" in run.stdout
     assert len(_launches(tmp_path)) == 4
     run = _sweep(tmp_path, "--budget", "0.1s")  # far less than the trial time already spent
     assert run.returncode == 0 and "budget (0.1s) spent" in run.stdout
@@ -469,7 +469,7 @@ def test_status_from_another_process_during_a_sweep(tmp_path: Path) -> None:
     assert answers >= 2 and seen_running
     text = subprocess.run(status_argv[:-1], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert text.returncode == 0
-    assert "trials: 4 done" in text.stdout and "best: trial" in text.stdout and "report:" in text.stdout
+    assert "trials: 4 finished" in text.stdout and "best: trial" in text.stdout and "report:" in text.stdout
 
 
 def test_effective_batch_kept_by_lowering_accumulation_and_forbidden_past_it(tmp_path: Path) -> None:

@@ -141,8 +141,8 @@ class FakeExecutor:
                 raise ClaimLost("cut off from the database")
             self.stop.on_lost()  # the heartbeat found the claim reaped: the runner ended the trial
             raise self.stop.interrupt.error()
-        trial = self.scheduler.start_trial(step, cand.params, self.plan.distributions, {"role": role})
-        return self.scheduler.finish_trial(trial, {"outcome": "ok", "samples_per_s": 1.0, "fits": True}, 1.0)
+        with self.scheduler.start_trial(step, cand, self.plan.distributions, {"role": role}) as handle:
+            return handle.finish({"outcome": "ok", "samples_per_s": 1.0, "fits": True}, 1.0)
 
 
 def _loop(tmp: Path, fail: list[str]) -> tuple[SearchLoop, FakeExecutor, io.StringIO]:
@@ -178,7 +178,7 @@ def test_a_signal_during_a_lost_claim_still_stops_the_loop(tmp_path: Path) -> No
 
 
 def test_a_claimed_trial_reaped_meanwhile_records_nothing(tmp_path: Path) -> None:
-    """The scheduler's contract: ``finish_trial`` writes only while the claim holds, else calls ``on_lost``."""
+    """The scheduler's contract: ``handle.finish`` writes only while the claim holds, else calls ``on_lost``."""
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     storage = open_storage(url)
     study = st.SweepStudy.open_or_create(storage, "s", {})[0]
@@ -190,14 +190,17 @@ def test_a_claimed_trial_reaped_meanwhile_records_nothing(tmp_path: Path) -> Non
     lost: list[bool] = []
     book = ClaimBook(op.engine(storage), study.study_id, worker=ghost, lease_s=3600)
     scheduler = ClaimedScheduler(study, book, lambda: lost.append(True))
-    trial = scheduler.start_trial(None, {"x": 1}, {"x": IntDistribution(0, 7)}, {"role": "confirm"})
+    handle = scheduler.start_trial(
+        None, Candidate((("x", 1),)), {"x": IntDistribution(0, 7)}, {"role": "confirm"}
+    )
+    trial = handle.trial
     assert trial.user_attrs["worker"] == "ghost"
     child.kill()
     child.wait()
     reaper = ClaimBook(op.engine(storage), study.study_id)
     [reaped] = reap_stale(study.study, reaper)
     assert reaped.number == trial.number
-    finished = scheduler.finish_trial(trial, {"outcome": "ok", "samples_per_s": 2.0}, 2.0)
+    finished = handle.finish({"outcome": "ok", "samples_per_s": 2.0}, 2.0)
     assert lost == [True]
     assert finished.state == TrialState.FAIL and finished.user_attrs["outcome"] == "interrupted"
     assert "samples_per_s" not in finished.user_attrs

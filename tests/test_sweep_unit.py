@@ -204,6 +204,8 @@ def test_no_arguments_is_the_demo() -> None:
     assert opts.demo and opts.trainer == "reference" and opts.study == "demo"
     assert opts.steps == opt.DEMO_STEPS and opts.max_batch_size == opt.DEMO_MAX_BATCH_SIZE
     assert opts.headroom == opt.DEFAULT_HEADROOM
+    # bounded by trials, not seconds: a busy host must not cut the demo short before its OOM
+    assert opts.budget_s is None and opts.max_trials == opt.DEMO_MAX_TRIALS
 
 
 def test_flags_reach_the_options() -> None:

@@ -223,7 +223,10 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "NAME=int:LO..HI is every integer from LO to HI, a larger one needing more memory (int:HI..LO when "
         "a larger one needs less); NAME=count:MAX is a count offloaded to host RAM (blocks swapped, "
         "MAX..0) and NAME=fraction[:STEP] a share offloaded (1.0..0.0): their coarse grid runs first, is "
-        "refined near the best, and more of either costs host RAM (--host-ram-gb). Use it as {NAME} in --cmd, or as key "
+        "refined near the best, and more of either costs host RAM (--host-ram-gb); NAME=flag is a switch "
+        "with no value (store_true): {NAME} is --NAME (or the text of NAME=flag:--the-flag) or no argument "
+        "at all, present first (it saves memory), absent first with NAME=flag:--the-flag:costs (a flag that "
+        "costs memory, like --ema). Every kind holds at most 256 values. Use it as {NAME} in --cmd, or as key "
         "NAME (dotted for nested) in --config, which also gives the baseline's value (else the first)",
     )
     p.add_argument(
@@ -331,7 +334,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_INTERRUPTED
     out = sys.stdout
-    print(f"sweep {result.study}: {result.stop_reason} after {result.trials_run} trial(s)", file=out)
+    interrupted = (
+        f" (+{result.trials_interrupted} interrupted, run again, not counted)"
+        if result.trials_interrupted
+        else ""
+    )
+    print(
+        f"sweep {result.study}: {result.stop_reason} after {result.trials_run} trial(s) finished{interrupted}",
+        file=out,
+    )
     if result.best_trial is None:
         print("no config finished and fit with the headroom asked for", file=out)
     else:
@@ -341,6 +352,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             gain = f", {result.best_samples_per_s / result.baseline_samples_per_s:.2f}x the baseline"
         what = "best" if result.best_fit_measured is not False else "best (fastest; fit not measured)"
         print(f"{what}: trial {result.best_trial}: {result.best_params} at {speed}{gain}", file=out)
+    if result.busy_note:
+        print(f"warning: {result.busy_note}", file=out)
     md = [p for p in result.reports if p.suffix == ".md"]
     if md:
         others = ", ".join(p.name for p in result.reports if p.suffix in (".html", ".json"))

@@ -13,6 +13,15 @@ memory-HUNGRY, which is the order the space's dominance reasoning relies on:
   (``autotune.core.space``'s ``type: count``).
 - ``NAME=fraction`` or ``NAME=fraction:STEP``: a share offloaded, 1.0..0.0 in steps of STEP
   (default 0.05), likewise (``type: fraction``).
+- ``NAME=flag``, ``NAME=flag:TEXT`` or ``NAME=flag:TEXT:costs``: a switch the script takes with no
+  value (argparse's ``store_true``). ``{NAME}`` in the template is TEXT (default ``--NAME``) when the
+  param is true and nothing (the argv element is dropped) when false. Order rule: by the flag's
+  meaning. A flag that saves memory when present (``--gradient-checkpointing``, ``--use-8bit-adam``,
+  ``--offload``) is the default: present first. ``:costs`` is for a flag that costs memory when
+  present (``--ema``, ``--no-offload``): absent first.
+
+Every kind is capped at ``MAX_VALUES`` values (a count of 10^9 or a fraction step of 1e-7 would make
+a space too large to hold), refused with the flag, the count and the fix.
 
 Pure: the caller (the sweep's setup) passes the names it reserves (the template's own
 placeholders and the trainer's built-in knobs) and turns the result into knobs of the space.
@@ -36,10 +45,12 @@ _INT = re.compile(r"[+-]?[0-9]+\Z")
 _RANGE = re.compile(r"int:\s*([+-]?[0-9]+)\s*\.\.\s*([+-]?[0-9]+)\s*\Z")
 _COUNT = re.compile(r"count:\s*([0-9]+)\s*\Z")
 _FRACTION = re.compile(r"fraction(?::\s*([0-9]*\.?[0-9]+))?\s*\Z")
+_FLAG = re.compile(r"flag(?::\s*([^:\s][^:]*?))?(?::\s*(saves|costs))?\s*\Z")
 _BOOLS = {"yes": True, "true": True, "no": False, "false": False}
 _SYNTAX = (
     f"write {FLAG} NAME=v1,v2,... (values from memory-saving to memory-hungry), {FLAG} NAME=int:LO..HI, "
-    f"{FLAG} NAME=count:MAX (blocks swapped) or {FLAG} NAME=fraction[:STEP] (a share offloaded)"
+    f"{FLAG} NAME=count:MAX (blocks swapped), {FLAG} NAME=fraction[:STEP] (a share offloaded) or "
+    f"{FLAG} NAME=flag[:--the-flag][:costs] (a switch with no value)"
 )
 
 
@@ -52,6 +63,8 @@ class DeclaredKnob:
     spec: str
     #: A count or fraction knob as a knob file would list it; ``None``: a choice knob.
     entry: dict[str, object] | None = None
+    #: A flag knob's text (``--gradient-checkpointing``): ``{NAME}`` is it when true, nothing when false.
+    flag: str | None = None
 
     def as_knob_entry(self) -> dict[str, object]:
         """The knob as a knob file would list it (a choice knob: its order is the list's)."""
@@ -98,10 +111,13 @@ def parse_knob(spec: str, *, reserved: Collection[str] = ()) -> DeclaredKnob:
     if rest.startswith(("count:", "fraction:")) or rest == "fraction":
         entry = _offload_entry(name, rest, where)
         return DeclaredKnob(name=name, values=_offload(entry, where).values, spec=spec, entry=entry)
+    if rest == "flag" or rest.startswith("flag:"):
+        return _flag_knob(name, rest, spec, where)
     if rest.startswith("int:"):
         values = _int_range(rest, where)
     else:
         items = [item.strip() for item in rest.split(",")]
+        _cap(len(items), where)
         if any(not item for item in items):
             raise UsageError(f"{where}: an empty value in the list (two commas, or one at an end); {_SYNTAX}")
         values = tuple(parse_value(item) for item in items)
@@ -119,9 +135,27 @@ def parse_knob(spec: str, *, reserved: Collection[str] = ()) -> DeclaredKnob:
                 "boolean); list each value once"
             )
         seen[key] = _text(value)
-    if len(values) > MAX_VALUES:
-        raise UsageError(f"{where}: {len(values)} values, more than {MAX_VALUES}; narrow the range")
     return DeclaredKnob(name=name, values=values, spec=spec)
+
+
+def _cap(count: int, where: str, fix: str = "narrow the range") -> None:
+    """The one bound every kind of knob is held to (its values are listed and searched one by one)."""
+    if count > MAX_VALUES:
+        raise UsageError(f"{where}: {count} values, more than {MAX_VALUES}; {fix}")
+
+
+def _flag_knob(name: str, rest: str, spec: str, where: str) -> DeclaredKnob:
+    match = _FLAG.match(rest)
+    if match is None:
+        raise UsageError(
+            f"{where}: {rest!r} is not a flag knob; write flag (the switch --{name}), flag:--the-flag, or "
+            "flag:--the-flag:costs when the flag costs memory when present (default: it saves memory)"
+        )
+    text = (match.group(1) or f"--{name}").strip()
+    if any(c.isspace() for c in text) or "{" in text or "}" in text:
+        raise UsageError(f"{where}: the flag {text!r} must be one argument (no spaces or braces)")
+    values: tuple[ParamValue, ...] = (False, True) if match.group(2) == "costs" else (True, False)
+    return DeclaredKnob(name=name, values=values, spec=spec, flag=text)
 
 
 def parse_knobs(specs: Sequence[str], *, reserved: Collection[str] = ()) -> list[DeclaredKnob]:
@@ -143,8 +177,7 @@ def _int_range(rest: str, where: str) -> tuple[ParamValue, ...]:
             "needs more memory, int:HI..LO (like int:8..0) when it needs less"
         )
     first, last = int(match.group(1)), int(match.group(2))
-    if abs(last - first) + 1 > MAX_VALUES:
-        raise UsageError(f"{where}: {abs(last - first) + 1} values, more than {MAX_VALUES}; narrow the range")
+    _cap(abs(last - first) + 1, where)
     step = 1 if last >= first else -1
     return tuple(range(first, last + step, step))
 
@@ -155,8 +188,16 @@ def _offload_entry(name: str, rest: str, where: str) -> dict[str, object]:
             raise UsageError(
                 f"{where}: count:0 leaves nothing to sweep; write the largest count, like count:39"
             )
-        return {"name": name, "type": "count", "max": int(m.group(1))}
+        top = int(m.group(1))
+        _cap(
+            top + 1, where, f"a count knob takes every integer {top}..0; write a real maximum, like count:39"
+        )
+        return {"name": name, "type": "count", "max": top}
     if m := _FRACTION.match(rest):
+        if m.group(1):
+            step = float(m.group(1))
+            if step > 0:
+                _cap(round(1 / step) + 1, where, "write a coarser step, like fraction:0.05")
         return {"name": name, "type": "fraction", **({"step": float(m.group(1))} if m.group(1) else {})}
     raise UsageError(
         f"{where}: {rest!r} is neither count:MAX (blocks swapped, like count:39) nor fraction[:STEP] "

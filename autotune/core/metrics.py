@@ -38,6 +38,10 @@ class TrialMetrics:
     samples_per_step: float | None = None
     timed_by: str | None = None  # the reading whose step times decided the speed: "hook", "trainer"
     losses: list[float] = field(default_factory=list)
+    #: Optimizer steps the trial really ran (a script that cannot take ``{steps}`` runs its own length).
+    steps_run: int | None = None
+    #: Steps the step time was taken over (past the warm-up, full batches); few: too short to time.
+    steady_steps: int | None = None
     source: str = ""  # which reader produced them: "ltx2-log", "metrics-file", "hook", ...
 
     @property
@@ -54,7 +58,7 @@ class TrialMetrics:
 
 
 #: Fields that travel with ``step_time_s`` in a merge: they describe the same series of steps.
-_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s")
+_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s", "steady_steps")
 
 
 def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:

@@ -12,7 +12,7 @@ typed properties only say ``None`` where a value is missing or of the wrong type
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -49,6 +49,8 @@ KEYS: dict[str, str] = {
     # what it measured
     "step_time_s": "steady-state seconds per optimizer step",
     "step_time_spread_s": "spread of the step time",
+    "steps_run": "optimizer steps it really ran (a script without {steps} runs its own length)",
+    "steady_steps": "steps its step time was taken over (past the warm-up, full batches)",
     "spread_unknown": "true when the speed is one figure (a trainer's average): no spread was measured",
     "samples_per_s": "throughput",
     "peak_vram_gb": "the judged peak: the larger of the trainer's and ours",
@@ -73,6 +75,8 @@ MEASURES = (
     "step_time_s",
     "step_time_spread_s",
     "spread_unknown",
+    "steps_run",
+    "steady_steps",
     "samples_per_s",
     "trainer_step_time_s",
     "trainer_samples_per_s",
@@ -284,3 +288,62 @@ class TrialRecord:
     def process_mark(self) -> str | None:
         value = self.attrs.get("process_mark")
         return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class TrialCounts:
+    """How many trials a study has run: the one count every view says (the sweep's last line,
+    ``status``, the report), with one meaning.
+
+    ``finished``: finished trials that are results (ok or failed for the candidate's sake), which is
+    what ``--max-trials`` counts; ``outcomes`` breaks exactly those down (it sums to ``finished``).
+    ``interrupted``: trials cut short by Ctrl-C or a dead orchestrator, not the candidate's fault and
+    run again, so never counted as finished; shown beside the count when there are any.
+    """
+
+    finished: int
+    interrupted: int
+    outcomes: dict[str, int]
+
+    def phrase(self) -> str:
+        """``9 trials finished`` or ``9 trials finished (+2 interrupted, run again)``."""
+        text = f"{self.finished} trial{'' if self.finished == 1 else 's'} finished"
+        return text + (f" (+{self.interrupted} interrupted, run again)" if self.interrupted else "")
+
+
+def count_trials(records: Iterable[TrialRecord]) -> TrialCounts:
+    """The counts of ``records`` (every trial of the study; running and waiting ones are left out)."""
+    outcomes: dict[str, int] = {}
+    finished = interrupted = 0
+    for r in records:
+        if r.state not in ("complete", "fail", "pruned"):
+            continue
+        if r.is_interrupted:
+            interrupted += 1
+            continue
+        finished += 1
+        key = r.outcome or r.state
+        outcomes[key] = outcomes.get(key, 0) + 1
+    return TrialCounts(finished, interrupted, dict(sorted(outcomes.items())))
+
+
+def busy_speed_note(winner: TrialRecord | None, baseline: TrialRecord | None) -> str | None:
+    """The one sentence every view gives (report head and Warnings, the sweep's last lines) when the
+    winner's or the baseline's speed was measured while the host was busy; ``None`` when neither was.
+
+    A busy host slows a trial by whatever else ran, so the speed-up between the two is suspect.
+    """
+    busy = [
+        (role, r)
+        for role, r in (("winner", winner), ("baseline", baseline))
+        if r is not None and r.busy_host is not None
+    ]
+    if winner is not None and baseline is not None and winner.number == baseline.number:
+        busy = busy[:1]
+    if not busy:
+        return None
+    which = " and ".join(f"the {role}'s (trial {r.number}: {r.busy_host})" for role, r in busy)
+    return (
+        f"Measured on a busy host: {which} speed; the speed-up is suspect. Run the sweep again on a "
+        "quiet host (a new study, or --study NAME) to trust it."
+    )

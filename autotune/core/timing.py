@@ -18,6 +18,22 @@ from collections.abc import Callable, Sequence
 WARMUP_STEPS = 20
 
 
+#: Fewer steady (post-warm-up) steps than this and a step time is rough: the trial says it was too
+#: short to time, and its spread is widened to at least half the range of what it has.
+MIN_STEADY_STEPS = 8
+
+
+def too_short_text(steady: int, run: int | None) -> str | None:
+    """``too short to time: 6 steady steps of 14 run (8 needed)``; ``None`` when there are enough."""
+    if steady >= MIN_STEADY_STEPS:
+        return None
+    of = f" of {run} run" if run is not None else ""
+    return (
+        f"too short to time: {steady} steady step{'' if steady == 1 else 's'}{of} ({MIN_STEADY_STEPS} "
+        "needed past the warm-up); its speed is rough, the spread says how rough"
+    )
+
+
 def finite(values: Sequence[float]) -> list[float]:
     return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
 
@@ -30,7 +46,9 @@ def warmup_count(n: int, window: int = WARMUP_STEPS) -> int:
 def steady_state(
     samples: Sequence[float], skip: int, center: Callable[[Sequence[float]], float] = statistics.fmean
 ) -> tuple[float | None, float | None]:
-    """Mean of ``samples[skip:]`` and its spread (half the IQR from 4 samples, else the stdev).
+    """Mean of ``samples[skip:]`` and its spread (half the IQR from 4 samples, else the stdev;
+    below ``MIN_STEADY_STEPS`` samples at least half their range, so a short window's spread is
+    never smaller than what it saw).
 
     ``center``: the mean for per-step times; a progress bar's samples are smoothed rate snapshots
     at irregular moments, not steps, and take the median (``tqdmbar``).
@@ -50,6 +68,8 @@ def steady_state(
         spread = statistics.stdev(steady)
     else:
         spread = None
+    if spread is not None and len(steady) < MIN_STEADY_STEPS:
+        spread = max(spread, (max(steady) - min(steady)) / 2)
     return mean, spread
 
 

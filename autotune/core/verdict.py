@@ -30,6 +30,7 @@ from autotune.core.metrics import Readings, TrialMetrics, merge_metrics
 from autotune.core.outcome import OomDetails, Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import fidelity_score
+from autotune.core.timing import too_short_text
 
 #: Run-to-run noise floor for near-ties (relative: 0.015 is 1.5 %), the strategy's ``min_noise``.
 MIN_NOISE = 0.015
@@ -214,6 +215,16 @@ def measured_attrs(
                 outcome=Outcome.CRASH.value, reason="finished but no step time or samples/s could be read"
             )
         )
+    for key, count in (("steps_run", metrics.steps_run), ("steady_steps", metrics.steady_steps)):
+        if isinstance(count, int) and count >= 0:
+            attrs[key] = count
+    if (
+        outcome == Outcome.OK
+        and sps is not None
+        and metrics.steady_steps is not None
+        and (short := too_short_text(metrics.steady_steps, metrics.steps_run)) is not None
+    ):
+        attrs.update(TrialRecord.attrs_of(reason=f"{reason}; {short}" if reason else short))
     if sps is not None and "step_time_spread_s" not in attrs:
         attrs.update(TrialRecord.attrs_of(spread_unknown=True))  # one figure: its noise is not invented
     if peak is not None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotune.core.units import format_gb
 from autotune.core.verdict import fit_limit_gb, peak_disagreement, speed_disagreement
 from autotune.report.model import (
     WINNER_UNMEASURED,
     Report,
     TrialRow,
+    busy_note,
     headroom_left,
     oom_text,
     row_fits,
@@ -30,7 +32,7 @@ def _card_line(r: Report) -> str:
     if isinstance(count, int) and count > 1:
         text += f" × {count}"
     if r.card_gb is not None:
-        text += f", {_gb(r.card_gb)} GiB"
+        text += f", {format_gb(r.card_gb, 'GiB')}"  # a small emulated card in MiB
     if c.get("tier"):
         text += f" (tier {c['tier']})"
     return text
@@ -39,13 +41,24 @@ def _card_line(r: Report) -> str:
 def _measure_line(row: TrialRow) -> str:
     return (
         f"{_fmt(row.get('samples_per_s'))} samples/s, {_fmt(row.get('step_time_s'))} s/step, "
-        f"peak {_gb(row.get('peak_vram_gb'))} GiB"
+        f"peak {_size(row.get('peak_vram_gb'))}"
     )
+
+
+def _size(gb: object) -> str:
+    """A memory figure in the report's prose: GiB, or MiB below 1 GiB (a small emulated card)."""
+    return format_gb(gb, "GiB") if isinstance(gb, (int, float)) else "— GiB"
+
+
+def _busy(row: TrialRow) -> str:
+    return " (HOST BUSY while measured: speed suspect)" if row.get("busy_host") else ""
 
 
 def _progress(r: Report) -> str:
     ok = sum(t.outcome == "ok" for t in r.trials)
     text = f"{_trials(r.finished)} finished ({ok} ok, {r.finished - ok} failed), {r.running} running"
+    if r.interrupted:
+        text += f", {r.interrupted} interrupted (run again, not counted)"
     if r.ruled_out:
         text += f", {len(r.ruled_out)} ruled out without running"
     return text
@@ -89,7 +102,9 @@ def summary(r: Report) -> list[tuple[str, str]]:
     if r.baseline is None:
         items.append(("Baseline", "not run yet"))
     elif r.baseline.outcome == "ok":
-        items.append(("Baseline", f"trial {r.baseline.number}: {_measure_line(r.baseline)}"))
+        items.append(
+            ("Baseline", f"trial {r.baseline.number}: {_measure_line(r.baseline)}{_busy(r.baseline)}")
+        )
     else:
         items.append(("Baseline", f"trial {r.baseline.number}: {r.baseline.label} ({reason(r, r.baseline)})"))
     if r.best is None:
@@ -103,19 +118,20 @@ def summary(r: Report) -> list[tuple[str, str]]:
         b = r.best
         what = f"changed: {_changes(b.changed)}" if b.changed else "the baseline config unchanged"
         left = headroom_left(r, b)
-        text = f"trial {b.number} ({config_text(b.params, r.knobs)}; {what}): {_measure_line(b)}"
+        text = f"trial {b.number} ({config_text(b.params, r.knobs)}; {what}): {_measure_line(b)}{_busy(b)}"
         if winner_kind(r) == WINNER_UNMEASURED:  # a speed-up stays, the word "fits" never comes near it
             text = (
                 f"{WINNER_UNMEASURED}: {text} (no peak memory was read: how much of your card it "
                 "needs is not known)"
             )
         elif left is not None:
-            text += f", {_gb(left)} GiB left"
+            text += f", {_size(left)} left"
         if r.confirmed_by is not None:
             text += f"; confirmed by a longer run, trial {r.confirmed_by}"
         items.append(("Winner", text))
         if r.speedup is not None:
-            items.append(("Speed-up", f"{r.speedup:.2f}× the baseline's samples/s"))
+            suspect = " (MEASURED ON A BUSY HOST: suspect, see Warnings)" if busy_note(r) else ""
+            items.append(("Speed-up", f"{r.speedup:.2f}× the baseline's samples/s{suspect}"))
     items.append(("Progress", _progress(r)))
     return items
 
@@ -132,7 +148,7 @@ def reason(r: Report, row: TrialRow) -> str:
         peak = row.get("peak_vram_gb")
         device_over = peak is not None and r.limit_gb is not None and peak > r.limit_gb
         if device_over or not host_over:
-            limit = f" ({_gb(r.limit_gb)} GiB)" if r.limit_gb is not None else ""
+            limit = f" ({_size(r.limit_gb)})" if r.limit_gb is not None else ""
             parts.append(f"peak above the headroom limit{limit}: does not fit")
         if host_over:
             host = row.get("peak_host_rss_gb")
@@ -140,6 +156,9 @@ def reason(r: Report, row: TrialRow) -> str:
             parts.append(
                 f"host RAM peak{shown} above the host line (--host-ram-gb less the headroom): does not fit"
             )
+    run = row.get("steps_run")
+    if isinstance(run, int) and row.outcome == "ok" and isinstance(r.steps, int) and run != r.steps:
+        parts.append(f"ran {run} steps (the script's own length), not the {r.steps} asked")
     rel = speed_disagreement(row.get("trainer_samples_per_s"), row.get("samples_per_s"))
     if rel is not None and row.get("timed_by") == "hook":
         parts.append(f"the trainer's own samples/s is {rel * 100:+.0f} % off the hook's (see Warnings)")

@@ -75,13 +75,28 @@ def _point_for(r: Report, row: TrialRow) -> svgchart.Point | None:
     )
 
 
-def _vram_lines(r: Report) -> list[svgchart.RefLine]:
+def _unit(r: Report, peaks: list[float]) -> tuple[float, str]:
+    """(factor, name) of the charts' memory axis: MiB where the card (or, with none, every peak) is
+    under 1 GiB, so a small emulated card's lines and points are not squeezed into ticks of 0.01."""
+    top = r.card_gb if r.card_gb is not None else max(peaks, default=0.0)
+    return (1024.0, "MiB") if 0 < top < 1 else (1.0, "GiB")
+
+
+def _size(gb: float, unit: tuple[float, str]) -> str:
+    factor, name = unit
+    return f"{gb * factor:.1f} {name}" if name == "MiB" else f"{_gb(gb)} {name}"
+
+
+def _vram_lines(r: Report, unit: tuple[float, str]) -> list[svgchart.RefLine]:
     out = []
+    factor = unit[0]
     if r.card_gb is not None:
-        out.append(svgchart.RefLine(r.card_gb, f"card {_gb(r.card_gb)} GiB", "#d7191c"))
+        out.append(svgchart.RefLine(r.card_gb * factor, f"card {_size(r.card_gb, unit)}", "#d7191c"))
         if r.headroom and r.limit_gb is not None:
             out.append(
-                svgchart.RefLine(r.limit_gb, f"headroom limit {_gb(r.limit_gb)} GiB", "#e66101", dashed=True)
+                svgchart.RefLine(
+                    r.limit_gb * factor, f"headroom limit {_size(r.limit_gb, unit)}", "#e66101", dashed=True
+                )
             )
     return out
 
@@ -91,33 +106,38 @@ def speed_chart(r: Report) -> str | None:
     points = [p for p in (_point_for(r, t) for t in r.trials) if p is not None]
     if not points:
         return None
-    x_max = max([p.x for p in points] + [r.card_gb or 0.0]) * 1.05
+    unit = _unit(r, [p.x for p in points])
+    for p in points:
+        p.x *= unit[0]
+    x_max = max([p.x for p in points] + [(r.card_gb or 0.0) * unit[0]]) * 1.05
     y_max = max(p.y for p in points) * 1.15 or 1.0
     seen: list[tuple[str, str]] = []
     for p in points:
         if p.color not in [c for c, _ in seen]:
             name = next((k for k, v in OUTCOME_COLORS.items() if v == p.color), "?")
             seen.append((p.color, "ok, over the headroom limit" if name == "over" else name))
-    axes = svgchart.Axes("peak VRAM (GiB)", "samples / s", x_max, y_max, legend=seen)
-    return svgchart.scatter(axes, points, _vram_lines(r), "samples per second against peak VRAM")
+    axes = svgchart.Axes(f"peak VRAM ({unit[1]})", "samples / s", x_max, y_max, legend=seen)
+    return svgchart.scatter(axes, points, _vram_lines(r, unit), "samples per second against peak VRAM")
 
 
 def memory_chart(r: Report) -> str | None:
     """VRAM over time for the leading trials; None when no timeline was recorded."""
     if not r.timelines:
         return None
+    unit = _unit(r, [v for pts in r.timelines.values() for _, v in pts])
     series = []
     legend = []
     for i, (number, pts) in enumerate(r.timelines.items()):
         color = LINE_COLORS[i % len(LINE_COLORS)]
         row = next(t for t in r.trials if t.number == number)
         name = f"trial {number}" + (" (winner)" if row.is_best else " (baseline)" if row.is_baseline else "")
-        series.append(svgchart.Series(svgchart.downsample(pts), color, name))
+        scaled = [(t, v * unit[0]) for t, v in pts]
+        series.append(svgchart.Series(svgchart.downsample(scaled), color, name))
         legend.append((color, name))
     x_max = max(p[0] for s in series for p in s.points) or 1.0
-    y_max = max([p[1] for s in series for p in s.points] + [r.card_gb or 0.0]) * 1.05
-    axes = svgchart.Axes("time since start (s)", "VRAM (GiB)", x_max, y_max, legend=legend)
-    return svgchart.lines(axes, series, _vram_lines(r), "VRAM over time for the leading trials")
+    y_max = max([p[1] for s in series for p in s.points] + [(r.card_gb or 0.0) * unit[0]]) * 1.05
+    axes = svgchart.Axes("time since start (s)", f"VRAM ({unit[1]})", x_max, y_max, legend=legend)
+    return svgchart.lines(axes, series, _vram_lines(r, unit), "VRAM over time for the leading trials")
 
 
 def render_html(report: Report) -> str:

@@ -58,6 +58,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "config_path": r.config_path,
         "status": {
             "finished": r.finished,
+            "interrupted": r.interrupted,
             "running": r.running,
             "ok": sum(t.outcome == "ok" for t in r.trials),
             "ruled_out": len(r.ruled_out),

@@ -12,7 +12,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.knobs import trainer_fidelity
+from autotune.core.record import TrialRecord, count_trials
 from autotune.core.space import same_param
+from autotune.core.units import format_gb
 from autotune.core.verdict import peak_disagreement, speed_disagreement
 from autotune.errors import AutotuneError
 from autotune.report.model import (
@@ -21,6 +23,7 @@ from autotune.report.model import (
     RuledOut,
     TrialRow,
     beaten_on_fidelity,
+    busy_note,
     diff,
     headroom_left,
     knob_names,
@@ -40,6 +43,8 @@ from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
 from autotune.report.winning import adapter_for, add_command
+from autotune.store.settings import settings_of
+from autotune.store.study import card_gb_of
 from autotune.trainers import TrainerAdapter, adapter_class
 
 
@@ -98,10 +103,12 @@ def build_report(
     launch command names it (default: ``<report_dir>/best-config.yaml``).
     """
     sattrs = study.user_attrs
-    settings: dict[str, Any] = dict(sattrs.get("settings") or {})
+    settings = settings_of(sattrs)
     base: dict[str, Any] = dict(sattrs.get("baseline_params") or {})
     trainer = str(settings.get("trainer") or "unknown")
     card = dict(settings.get("card") or {})
+    if (exact := card_gb_of(sattrs)) is not None:
+        card["vram_gb"] = exact  # the settings keep 0.01 GB: a small emulated card needs its bytes
     if not _tiered(trainer):  # the VRAM tiers are the LTX-2 trainer's; a tier means nothing to others
         card.pop("tier", None)
     headroom = settings.get("headroom")
@@ -114,6 +121,7 @@ def build_report(
     fidelity: dict[str, Any] = dict(trainer_fidelity(trainer, knobs))
 
     trials = study.get_trials(deepcopy=False)
+    counts = count_trials(TrialRecord.from_trial(t) for t in trials)
     rows = [row_from_trial(t, base, knobs, baseline_number) for t in trials]
     by_number = {r.number: r for r in rows}
     baseline = by_number.get(baseline_number) if baseline_number is not None else None
@@ -150,7 +158,8 @@ def build_report(
         best=None,
         speedup=None,
         warnings=[],
-        finished=sum(r.state in ("complete", "fail", "pruned") for r in rows),
+        finished=counts.finished,
+        interrupted=counts.interrupted,
         running=sum(r.state == "running" for r in rows),
     )
     for item in sattrs.get("ruled_out") or []:
@@ -268,6 +277,8 @@ def _speed_note(trainer: str) -> str:
 def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any, *, validated: bool = False) -> None:
     best, w = report.best, report.warnings
     w.extend(disagreement_warnings(report))
+    if (busy := busy_note(report)) is not None:
+        w.append(busy)
     if best is None:
         return
     if winner_kind(report) == WINNER_UNMEASURED:
@@ -289,8 +300,8 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any, *, val
     w.extend(f"Trials changed for the sweep's host: {change}." for change in report.host_changes)
     left = headroom_left(report, best)
     keep = (
-        f" It leaves {_gb(left)} GiB of the {_gb(report.card_gb)} GiB card free; keep that headroom."
-        if left is not None
+        f" It leaves {format_gb(left, 'GiB')} of the {format_gb(report.card_gb, 'GiB')} card free; keep that headroom."
+        if left is not None and report.card_gb is not None
         else ""
     )
     if validation_skipped(report):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.core import verdict
-from autotune.core.record import KEYS, MEASURES, TrialLike, TrialRecord
+from autotune.core.record import KEYS, MEASURES, TrialLike, TrialRecord, busy_speed_note
 from autotune.core.space import same_param
 from autotune.report.text import gb as _gb
 
@@ -56,6 +56,15 @@ class RuledOut:
     by_trials: list[int]
 
 
+def busy_note(report: Report) -> str | None:
+    """``core.record.busy_speed_note`` for the report's winner and baseline."""
+    best, base = report.best, report.baseline
+    return busy_speed_note(
+        best.record() if best is not None else None,
+        base.record() if base is not None and base.outcome == "ok" else None,
+    )
+
+
 @dataclass
 class Report:
     """Everything the three formats show; built once by ``build_report``."""
@@ -77,6 +86,8 @@ class Report:
     warnings: list[str]
     finished: int
     running: int
+    #: Trials cut short (Ctrl-C, a dead orchestrator) and run again: not in ``finished``.
+    interrupted: int = 0
     command: str | None = None  # launch the full training with the winning config
     best_config_path: str | None = None
     timelines: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # trial -> (t, GiB)

@@ -8,7 +8,6 @@ timeout keep both sides clear of "database is locked".
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,13 @@ from optuna.trial import TrialState
 
 from autotune.config.knobs import trainer_fidelity
 from autotune.core import verdict
-from autotune.core.record import TrialRecord
+from autotune.core.record import TrialRecord, count_trials
 from autotune.core.units import format_duration, format_gb
 from autotune.report.model import knob_names
 from autotune.store import study as st
 from autotune.store import urls
 from autotune.store.identity import ProcessIdentity
+from autotune.store.settings import settings_of
 from autotune.store.storage import open_storage
 
 
@@ -30,15 +30,11 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
     url = storage or urls.default_storage_url(workdir or urls.DEFAULT_WORKDIR)
     s = st.SweepStudy.load(open_storage(url, create=False), study)
     attrs = s.user_attrs
-    settings = attrs.get("settings") or {}
+    settings = settings_of(attrs)
     trials = s.trials()
     records = [TrialRecord.from_trial(t) for t in trials]
     now = dt.datetime.now()
-    outcomes = Counter(
-        str(r.outcome if r.outcome is not None else "?")
-        for t, r in zip(trials, records, strict=True)
-        if t.state.is_finished()
-    )
+    counts = count_trials(records)
     running = []
     for t, r in zip(trials, records, strict=True):
         if t.state != TrialState.RUNNING:
@@ -64,7 +60,7 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
             trainer_fidelity(
                 str(settings.get("trainer")), knob_names(settings, attrs.get("baseline_params") or {})
             ),
-            _limit_gb(settings),
+            _limit_gb(attrs),
         )
     base_no = attrs.get("baseline_trial")
     base = by_number.get(base_no) if isinstance(base_no, int) else None
@@ -74,12 +70,13 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
         "study": s.name,
         "storage": url,
         "trainer": settings.get("trainer"),
-        "card": settings.get("card"),
+        "card": _card(settings.get("card"), st.card_gb_of(attrs)),
         "headroom": settings.get("headroom"),
         "steps": settings.get("steps"),
         "trials": len(trials),
-        "counted_trials": s.counted_trials(),
-        "outcomes": dict(sorted(outcomes.items())),
+        "counted_trials": counts.finished,
+        "interrupted_trials": counts.interrupted,
+        "outcomes": counts.outcomes,
         "running": running,
         "spent_s": s.spent_s(now),
         "baseline": _brief(base),
@@ -90,14 +87,19 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
     }
 
 
-def _limit_gb(settings: Any) -> float | None:
-    """The headroom line of the study's card, when its settings say both."""
-    card = settings.get("card") if isinstance(settings, dict) else None
-    gb = card.get("vram_gb") if isinstance(card, dict) else None
+def _card(card: Any, exact: float | None) -> Any:
+    """The settings' card with its exact size (the settings keep 0.01 GB)."""
+    return {**card, "vram_gb": exact} if isinstance(card, dict) and exact is not None else card
+
+
+def _limit_gb(attrs: Any) -> float | None:
+    """The headroom line of the study's card (its exact size), when the study says both."""
+    settings = attrs.get("settings") if isinstance(attrs, dict) else None
+    gb = st.card_gb_of(attrs) if isinstance(attrs, dict) else None
     headroom = settings.get("headroom") if isinstance(settings, dict) else None
-    if not isinstance(gb, (int, float)):
+    if gb is None:
         return None
-    return verdict.fit_limit_gb(float(gb), float(headroom) if isinstance(headroom, (int, float)) else 0.0)
+    return verdict.fit_limit_gb(gb, float(headroom) if isinstance(headroom, (int, float)) else 0.0)
 
 
 def _brief(r: TrialRecord | None) -> dict[str, Any] | None:
@@ -118,12 +120,19 @@ def _brief(r: TrialRecord | None) -> dict[str, Any] | None:
 def render(info: dict[str, Any]) -> str:
     """The status as a few lines of text."""
     card = info.get("card") or {}
+    size = card.get("vram_gb")
+    size_text = format_gb(size) if isinstance(size, (int, float)) else "size unknown"
     lines = [
         f"study {info['study']} ({info['storage']})",
-        f"  trainer {info.get('trainer')}, card {card.get('name')} ({card.get('vram_gb')} GB), "
+        f"  trainer {info.get('trainer')}, card {card.get('name')} ({size_text}), "
         f"headroom {info.get('headroom')}, {info.get('steps')} steps per trial",
-        f"  trials: {info['counted_trials']} done"
+        f"  trials: {info['counted_trials']} finished"
         + (f" ({', '.join(f'{k} {v}' for k, v in info['outcomes'].items())})" if info["outcomes"] else "")
+        + (
+            f", +{info['interrupted_trials']} interrupted (run again, not counted)"
+            if info.get("interrupted_trials")
+            else ""
+        )
         + f", trial time spent {format_duration(info['spent_s'])}",
     ]
     for r in info["running"]:

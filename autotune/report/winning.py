@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import inspect
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,23 +13,14 @@ import optuna
 from autotune.errors import AutotuneError, ReportError
 from autotune.report.model import Report
 from autotune.report.text import trials_text as _trials
+from autotune.store.settings import settings_of
 from autotune.trainers import Baseline, TrainerAdapter, get_adapter
-
-
-def _option_value(text: Any) -> Any:
-    """A trainer option as the study stores it (text) back to its value: lists, booleans, None."""
-    if isinstance(text, str) and (text[:1] in "[({" or text in ("True", "False", "None")):
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-    return text
 
 
 def adapter_for(report: Report) -> TrainerAdapter:
     """The sweep's adapter, rebuilt with the trainer options it ran with (e.g. ``trainer_dir``), and
     run from the folder the trials ran in (``launch_cwd``), never from where ``report`` runs."""
-    options = {k: _option_value(v) for k, v in report.trainer_options.items()}
+    options = dict(report.trainer_options)  # values, as ``store.settings.read_settings`` gives them
     if report.launch_cwd and "cwd" not in options:
         try:
             return get_adapter(report.trainer, **options, cwd=report.launch_cwd)
@@ -144,6 +133,5 @@ def _hash_matches(expected: str, baseline: Baseline) -> bool:
 
 
 def settings_hash(study: optuna.Study) -> str | None:
-    settings = study.user_attrs.get("settings") or {}
-    value = settings.get("base_config_hash") if isinstance(settings, Mapping) else None
+    value = settings_of(study.user_attrs).get("base_config_hash")
     return str(value) if value else None

@@ -26,18 +26,38 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotune.core import verdict
-from autotune.core.record import TrialRecord
+from autotune.core.record import TrialCounts, TrialRecord, count_trials
 from autotune.core.space import Knob, to_study_value
 from autotune.errors import StorageError, StudyMismatchError, UsageError
 from autotune.store import optuna_private as op
 from autotune.store import recovery
 from autotune.store.identity import ProcessIdentity
-from autotune.store.recovery import Recovered, is_interrupted
+from autotune.store.recovery import Recovered
 from autotune.store.settings import UPDATED_ON_RESUME, settings_diff
 
 #: Study attr: the card size fit is judged on, unrounded (the settings keep it to 0.01 GB, too coarse
 #: for a small emulated card's fit constraint); studies without it use the settings' figure.
 CARD_GB_ATTR = "card_vram_gb"
+#: Study attr: the card size in bytes, exact (an emulated 16.4 MiB card is 17196646, not "0.02 GB").
+CARD_BYTES_ATTR = "card_vram_bytes"
+GIB = 2**30
+
+
+def card_gb_of(attrs: Mapping[str, Any]) -> float | None:
+    """The study's card size in GiB, as exact as it was stored: its bytes, else the unrounded GiB,
+    else (a study from before either) the settings' two-decimal figure. Every reader asks here."""
+    exact = attrs.get(CARD_BYTES_ATTR)
+    if isinstance(exact, int) and not isinstance(exact, bool) and exact > 0:
+        return exact / GIB
+    gb = attrs.get(CARD_GB_ATTR)
+    if isinstance(gb, (int, float)) and not isinstance(gb, bool):
+        return float(gb)
+    settings = attrs.get("settings")
+    card = settings.get("card") if isinstance(settings, Mapping) else None
+    rounded = card.get("vram_gb") if isinstance(card, Mapping) else None
+    return float(rounded) if isinstance(rounded, (int, float)) and not isinstance(rounded, bool) else None
+
+
 #: The name of the study's value, for Optuna's tools (the dashboard's axis, ``optuna`` CLI).
 METRIC_NAME = "samples_per_s"
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -184,10 +204,7 @@ class SweepStudy:
         """``(card GB, the most peak that fits)``: the exact card where the sweep recorded it."""
         attrs_now = self.user_attrs
         settings = attrs_now.get("settings") or {}
-        exact = attrs_now.get(CARD_GB_ATTR)
-        card_gb = float(
-            exact if isinstance(exact, (int, float)) else (settings.get("card") or {}).get("vram_gb") or 0.0
-        )
+        card_gb = card_gb_of(attrs_now) or 0.0
         return card_gb, verdict.fit_limit_gb(card_gb, float(settings.get("headroom") or 0.0))
 
     def fill_in_constraints(self) -> int:
@@ -284,7 +301,11 @@ class SweepStudy:
 
     def counted_trials(self) -> int:
         """Trials that count against ``--max-trials``: finished ones, except those interrupted (run again)."""
-        return sum(1 for t in self.trials((TrialState.COMPLETE, TrialState.FAIL)) if not is_interrupted(t))
+        return self.trial_counts().finished
+
+    def trial_counts(self) -> TrialCounts:
+        """The study's trial counts (``core.record.count_trials``: the one count every view says)."""
+        return count_trials(TrialRecord.from_trial(t) for t in self.trials())
 
     def spent_s(self, now: _dt.datetime | None = None) -> float:
         """Seconds of trial time spent so far, across every run of this study (``--budget``)."""

@@ -17,7 +17,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import verdict
-from autotune.core.record import TrialRecord
+from autotune.core.record import TrialRecord, busy_speed_note
 from autotune.core.space import Candidate, Space
 from autotune.errors import AutotuneError
 from autotune.store import study as st
@@ -186,6 +186,19 @@ def result(
     base_no = study.user_attrs.get("baseline_trial")
     base_sps = mean_samples_per_s(study, base_no) if isinstance(base_no, int) else None
     bt = study.trial(best) if best is not None else None
+    counts = study.trial_counts()
+    base_record = next(
+        (
+            TrialRecord.from_trial(t)
+            for t in study.trials()
+            if isinstance(base_no, int) and t.number == base_no
+        ),
+        None,
+    )
+    busy = busy_speed_note(
+        TrialRecord.from_trial(bt) if bt else None,
+        base_record if base_record is not None and base_record.outcome == "ok" else None,
+    )
     return SweepResult(
         study=name,
         storage=url,
@@ -193,7 +206,9 @@ def result(
         best_params=dict(bt.params) if bt else None,
         best_samples_per_s=mean_samples_per_s(study, bt.number) if bt else None,
         baseline_samples_per_s=base_sps,
-        trials_run=study.counted_trials(),
+        trials_run=counts.finished,
+        trials_interrupted=counts.interrupted,
+        busy_note=busy,
         stop_reason=why,
         reports=reports,
         wall_s=time.monotonic() - t0,

@@ -36,7 +36,7 @@ from autotune.sweep.naming import accumulation_for, label
 from autotune.sweep.options import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TRIAL_TIMEOUT_S
 from autotune.sweep.progress import Progress
 from autotune.sweep.samecommand import earlier_same, launch_digest, reused_attrs
-from autotune.sweep.scheduler import Scheduler, Step
+from autotune.sweep.scheduler import Scheduler, Step, TrialHandle
 from autotune.sweep.setup import Card, SweepPlan
 
 
@@ -67,8 +67,7 @@ class TrialExecutor:
         extra: Mapping[str, Any] | None = None,
     ) -> FrozenTrial:
         """Run ``cand`` as one trial and return it finished; raises ``SweepInterrupted`` on a stop."""
-        plan, opts, scheduler = self.plan, self.plan.opts, self.scheduler
-        study = scheduler.study
+        plan, scheduler = self.plan, self.scheduler
         space = plan.space
         params = dict(cand.params)
         # No batch knob in play (a template without {batch_size}): the baseline's batch, unchanged.
@@ -86,7 +85,25 @@ class TrialExecutor:
             steps=steps or plan.steps,
             **(extra or {}),
         )
-        trial = scheduler.start_trial(step, params, plan.distributions, attrs)
+        with scheduler.start_trial(step, cand, plan.distributions, attrs) as handle:
+            return self._run_started(
+                handle, params, role=role, ga=ga, effective=effective, tag=tag, steps=steps
+            )
+
+    def _run_started(
+        self,
+        handle: TrialHandle,
+        params: dict[str, Any],
+        *,
+        role: str,
+        ga: int,
+        effective: int,
+        tag: str,
+        steps: int | None,
+    ) -> FrozenTrial:
+        """The rest of ``run``, once its trial is started: every write of it goes through ``handle``."""
+        plan, opts, study = self.plan, self.plan.opts, self.scheduler.study
+        trial = handle.trial
         if role == "baseline":  # at once: a kill after it finishes must not make a resume run it again
             study.set_attr("baseline_trial", trial.number)
         trial_dir = plan.study_dir / f"trial-{trial.number:04d}"
@@ -108,15 +125,15 @@ class TrialExecutor:
                 trial_dir=trial_dir,
             )
         except TrialOutputError as exc:
-            self._stop_and_raise(trial, attrs_end, exc)
+            self._stop_and_raise(handle, attrs_end, exc)
         except (CandidateRefused, ConfigError) as exc:
             attrs_end.update(
                 TrialRecord.attrs_of(outcome=Outcome.CONFIG_ERROR.value, reason=one_line(str(exc)))
             )
             self.progress.trial_finished(trial.number, f"config_error: {one_line(str(exc))}")
-            return scheduler.finish_trial(trial, attrs_end, None)
+            return handle.finish(attrs_end, None)
         except BaseException as exc:  # the trainer not found, say: no trial may stay RUNNING
-            self._stop_and_raise(trial, attrs_end, exc)
+            self._stop_and_raise(handle, attrs_end, exc)
         digest = launch_digest(spec, trial_dir)
         spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self.env})
         attrs_end.update(TrialRecord.attrs_of(command=spec.shell_command(), launch_digest=digest))
@@ -124,9 +141,7 @@ class TrialExecutor:
         if twin is not None:  # the very command ran already: never twice in one study
             attrs_end.update(reused_attrs(twin))
             self.progress.trial_finished(trial.number, one_line(str(attrs_end["reason"])))
-            return scheduler.finish_trial(
-                trial, attrs_end, twin.value if twin.state == TrialState.COMPLETE else None
-            )
+            return handle.finish(attrs_end, twin.value if twin.state == TrialState.COMPLETE else None)
         # Written with the pid when the process starts (one write): a resume needs both together.
         launched = TrialRecord.attrs_of(
             command=attrs_end["command"], trial_dir=str(trial_dir), launch_digest=digest
@@ -138,9 +153,9 @@ class TrialExecutor:
             host_ram_limit_gb=plan.host_ram_gb,
         )
         before = self._gpu_used()
-        result, error = self._run_watched(spec, trial_dir, limits, trial, launched)
+        result, error = self._run_watched(spec, trial_dir, limits, handle, launched)
         if isinstance(error, TrialOutputError):
-            self._stop_and_raise(trial, attrs_end, error)
+            self._stop_and_raise(handle, attrs_end, error)
         if error is not None:
             attrs_end.update(
                 TrialRecord.attrs_of(
@@ -148,7 +163,7 @@ class TrialExecutor:
                 )
             )
             self.progress.trial_finished(trial.number, f"crash: {attrs_end['reason']}")
-            scheduler.finish_trial(trial, attrs_end, None)
+            handle.finish(attrs_end, None)
             raise error
         assert result is not None
         if result.hook_lines_rejected:
@@ -174,8 +189,8 @@ class TrialExecutor:
         )
         attrs_end.update(judged.attrs)
         value = judged.value
-        finished = scheduler.finish_trial(trial, attrs_end, value)
-        self.progress.trial_finished(trial.number, summary(attrs_end))
+        finished = handle.finish(attrs_end, value)
+        self.progress.trial_finished(trial.number, summary({**dict(trial.user_attrs), **attrs_end}))
         if (no_peak := first_without_peak(study, trial.number, attrs_end)) is not None:
             self.progress.line(no_peak)
         self._update_best_line()
@@ -184,14 +199,14 @@ class TrialExecutor:
         self._drain(before)
         return finished
 
-    def _stop_and_raise(self, trial: FrozenTrial, attrs_end: dict[str, Any], exc: BaseException) -> NoReturn:
+    def _stop_and_raise(self, handle: TrialHandle, attrs_end: dict[str, Any], exc: BaseException) -> NoReturn:
         """The trial cannot be prepared, through no fault of its candidate (its folder cannot be
         written, the trainer is not found, Ctrl-C): record the trial ``interrupted`` (a resume runs
         it again, none stays RUNNING) and stop the sweep with the error, which says what to do."""
         reason = one_line(str(exc)) or type(exc).__name__
         attrs_end.update(TrialRecord.attrs_of(outcome=Outcome.INTERRUPTED.value, reason=reason))
-        self.progress.trial_finished(trial.number, f"interrupted: {attrs_end['reason']}")
-        self.scheduler.finish_trial(trial, attrs_end, None)
+        self.progress.trial_finished(handle.trial.number, f"interrupted: {attrs_end['reason']}")
+        handle.finish(attrs_end, None)
         raise exc
 
     def _run_watched(
@@ -199,7 +214,7 @@ class TrialExecutor:
         spec: LaunchSpec,
         trial_dir: Path,
         limits: RunLimits,
-        trial: FrozenTrial,
+        handle: TrialHandle,
         launched: Mapping[str, Any],
     ) -> tuple[RunResult | None, BaseException | None]:
         """Run the trial in a worker thread; meanwhile record its pid and keep the progress view live."""
@@ -230,18 +245,18 @@ class TrialExecutor:
                 done.set()
 
         done = threading.Event()
-        worker = threading.Thread(target=work, name=f"trial-{trial.number}", daemon=True)
+        worker = threading.Thread(target=work, name=f"trial-{handle.trial.number}", daemon=True)
         worker.start()
         pid_recorded = False
         while not done.wait(0.05 if not pid_recorded else 0.25):  # wakes at once when the trial ends
             if not pid_recorded and started:
-                self._record_pid(trial, started[0], launched)
+                self._record_pid(handle, started[0], launched)
                 pid_recorded = True
             self.progress.tick()
         worker.join()
         return (result[0] if result else None), (error[0] if error else None)
 
-    def _record_pid(self, trial: FrozenTrial, process: ProcessRecord, launched: Mapping[str, Any]) -> None:
+    def _record_pid(self, handle: TrialHandle, process: ProcessRecord, launched: Mapping[str, Any]) -> None:
         """Store the trial's pid/pgid and mark (the runner's ``on_start``) so a resume can end it."""
         # The start time comes with the record: asking psutil here would miss a trial that already
         # ended (a fast one), and a resume needs it to tell the pid from a reused one.
@@ -251,7 +266,7 @@ class TrialExecutor:
         }
         if process.mark:
             attrs.update(TrialRecord.attrs_of(process_mark=str(process.mark)))
-        self.scheduler.set_trial_attrs(trial, attrs)
+        handle.set_attrs(attrs)
 
     # between and around trials
 

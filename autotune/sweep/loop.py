@@ -1,12 +1,14 @@
 """The search loop of one card: baseline first, then the strategy's picks, until done or a limit.
 
-Each turn: the limits (Ctrl-C, ``--max-trials``, ``--budget``), then the scheduler's next step,
-decided by ``propose`` from one snapshot of the study: the baseline first and alone (everyone
-else waits for its verdict; a failed baseline stops every worker, with its diagnosis), then
-``strategy.next_candidate`` over the history, with the candidates running elsewhere in it.
-When the search is done, ``strategy.remeasure``: a near-tie within the noise runs again
-(role ``remeasure``, attr ``remeasure_of``: the candidate's first run), then the search is
-asked again, since a changed best can reopen candidates.
+Each turn: the limits (Ctrl-C, ``--max-trials``, ``--budget``), then the scheduler's next step.
+``propose`` decides it from one snapshot of the study and returns a ``Proposal`` (it writes
+nothing): the baseline first and alone (everyone else waits for its verdict), then the finished
+baseline to judge (the loop records it and, when it failed, stops every worker with its
+diagnosis), then ``strategy.next_candidate`` over the history, with the candidates running
+elsewhere in it. When the search is done, ``strategy.remeasure``: a near-tie within the noise
+runs again (role ``remeasure``, attr ``remeasure_of``: the candidate's first run), then the
+search is asked again, since a changed best can reopen candidates. The scheduler hands the
+proposal back in the ``Step`` (with its claim, in a shared study), and the loop acts on it.
 The step runs on this card's executor. ``--parallel`` runs one loop per card, each in its own
 thread with its own executor and scheduler; they share the stop (Ctrl-C stops them all).
 """
@@ -23,10 +25,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
+from autotune.core.space import Candidate
 from autotune.core.strategy import Observation
 from autotune.core.units import format_duration
 from autotune.errors import BaselineFailedError, ClaimLost, SweepInterrupted
-from autotune.store import study as st
 from autotune.store.recovery import Reaped
 from autotune.store.workers import Waiting
 from autotune.sweep.conclude import write_reports
@@ -34,7 +36,7 @@ from autotune.sweep.executor import TrialExecutor
 from autotune.sweep.history import history
 from autotune.sweep.naming import label
 from autotune.sweep.progress import Progress
-from autotune.sweep.scheduler import Scheduler
+from autotune.sweep.scheduler import Proposal, Scheduler
 from autotune.sweep.setup import SweepPlan
 
 _BASELINE_HINTS = {
@@ -102,59 +104,17 @@ class SearchLoop:
     ) -> None:
         self.plan, self.scheduler, self.executor = plan, scheduler, executor
         self.progress, self.stop = progress, stop
+        self.judged_baseline: int | None = None  # the baseline trial ``judge_baseline`` passed
 
     def run(self) -> str:
         """Run trials until the strategy is done or a limit stops it; returns why it stopped."""
-        plan, study = self.plan, self.scheduler.study
-        space = plan.space
-        base_params = {k: st.to_study_value(v) for k, v in plan.base_candidate.params.items()}
-        checked_baseline = False
         waiting_said = False
-        extra: dict[str, Any] = {}  # the next trial's extra attrs (``remeasure_of``), set by ``propose``
-
         while True:
             # The study caches its trials until our own next write; other workers' trials show
             # up after a refresh: in ``propose`` (the decision) and after waiting (the limits).
             if (why := self.limit_reached()) is not None:
                 return why
-            role = "search"
-            extra.clear()
-
-            def propose(
-                trials: Sequence[FrozenTrial], in_flight: Sequence[Mapping[str, Any]]
-            ) -> Mapping[str, Any] | None:
-                # Decide from this snapshot only (the one the claim's run number is counted on):
-                # a baseline seen unfinished in an older read may have finished since.
-                nonlocal checked_baseline, role
-                base = _finished_baseline(trials)
-                if base is None:  # the baseline first, alone: everyone else waits for its verdict
-                    busy = any(
-                        t.state == TrialState.RUNNING and TrialRecord.from_trial(t).role == "baseline"
-                        for t in trials
-                    ) or any(dict(p) == base_params for p in in_flight)
-                    role = "baseline"
-                    return None if busy else base_params
-                if not checked_baseline:  # a failed baseline stops every worker, with its diagnosis
-                    if study.user_attrs.get("baseline_trial") != base.number:
-                        study.set_attr("baseline_trial", base.number)
-                    self.check_baseline(base)
-                    checked_baseline = True
-                role = "search"
-                seen = history(study, space)  # the snapshot ``trials`` came from
-                for p in in_flight:
-                    seen.append(
-                        Observation(candidate=space.candidate(dict(p)), outcome=None, samples_per_s=None,
-                                    peak_vram_gb=None, fits=None, spread=None)
-                    )  # fmt: skip
-                cand = plan.strategy.next_candidate(seen)
-                if cand is None:  # the search is done: a near-tie within the noise is run again (bounded)
-                    cand = plan.strategy.remeasure(seen)
-                    if cand is not None:
-                        role = "remeasure"
-                        extra["remeasure_of"] = first_run_of(trials, cand.params)
-                return None if cand is None else {k: st.to_study_value(v) for k, v in cand.params.items()}
-
-            step = self.scheduler.next_step(propose, self.say_reaped)
+            step = self.scheduler.next_step(self.propose, self.say_reaped)
             if step is None:
                 return "done"
             if isinstance(step, Waiting):
@@ -167,9 +127,14 @@ class SearchLoop:
                 self.scheduler.wait(self.stop.event)
                 continue
             waiting_said = False
+            proposal = step.proposal
+            if proposal.baseline is not None:  # a failed baseline stops every worker, with its diagnosis
+                self.judge_baseline(proposal.baseline)
+            if step.candidate is None:
+                continue
             self.stop.lost.clear()
             try:
-                self.executor.run(space.candidate(dict(step.params)), role=role, step=step, extra=extra)
+                self.executor.run(step.candidate, role=proposal.role, step=step, extra=proposal.extra)
             except (ClaimLost, SweepInterrupted) as exc:
                 if isinstance(exc, SweepInterrupted) and not (
                     self.stop.lost.is_set() and self.stop.interrupt.signum is None
@@ -183,6 +148,42 @@ class SearchLoop:
                     exc if isinstance(exc, ClaimLost) else "this worker lost its claim on the running trial"
                 )
                 self.progress.line(f"{what}; another worker runs that candidate, going on with the next one")
+
+    def propose(self, trials: Sequence[FrozenTrial], in_flight: Sequence[Mapping[str, Any]]) -> Proposal:
+        """What to do next, decided from this snapshot only (the one the claim's run number is
+        counted on: a baseline seen unfinished in an older read may have finished since)."""
+        plan = self.plan
+        space, base = plan.space, plan.base_candidate
+        done = _finished_baseline(trials)
+        if done is None:  # the baseline first, alone: everyone else waits for its verdict
+            busy = any(
+                t.state == TrialState.RUNNING and TrialRecord.from_trial(t).role == "baseline" for t in trials
+            ) or any(dict(p) == base.params for p in in_flight)
+            return Proposal(None if busy else base, role="baseline")
+        if self.judged_baseline != done.number:
+            return Proposal(None, baseline=done)
+        seen = history(self.scheduler.study, space)  # the snapshot ``trials`` came from
+        for p in in_flight:
+            seen.append(
+                Observation(candidate=space.candidate(dict(p)), outcome=None, samples_per_s=None,
+                            peak_vram_gb=None, fits=None, spread=None)
+            )  # fmt: skip
+        cand = plan.strategy.next_candidate(seen)
+        if cand is not None:
+            return Proposal(cand)
+        # The search is done: a near-tie within the noise is run again (bounded).
+        cand = plan.strategy.remeasure(seen)
+        if cand is None:
+            return Proposal(None)
+        return Proposal(cand, role="remeasure", extra={"remeasure_of": first_run_of(trials, cand)})
+
+    def judge_baseline(self, trial: FrozenTrial) -> None:
+        """Record the finished baseline on the study and check it (raises when it failed); once."""
+        study = self.scheduler.study
+        if study.user_attrs.get("baseline_trial") != trial.number:
+            study.set_attr("baseline_trial", trial.number)
+        self.check_baseline(trial)
+        self.judged_baseline = trial.number
 
     def limit_reached(self) -> str | None:
         """Why no further trial may start (None: go on); raises ``SweepInterrupted`` after a stop."""
@@ -244,11 +245,10 @@ class SearchLoop:
         self.progress.line(f"trial {r.number} ({label(r.params)}) {r.reason}{ended}")
 
 
-def first_run_of(trials: Sequence[FrozenTrial], params: Mapping[str, Any]) -> int | None:
-    """The number of the first finished ok run of ``params``: what a re-measure re-runs."""
-    wanted = {k: st.to_study_value(v) for k, v in params.items()}
+def first_run_of(trials: Sequence[FrozenTrial], cand: Candidate) -> int | None:
+    """The number of the first finished ok run of ``cand``: what a re-measure re-runs."""
     for t in trials:
-        if t.state == TrialState.COMPLETE and dict(t.params) == wanted and TrialRecord.from_trial(t).is_ok:
+        if t.state == TrialState.COMPLETE and t.params == cand.params and TrialRecord.from_trial(t).is_ok:
             return t.number
     return None
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from autotune.core.metrics import TrialMetrics
 from autotune.core.record import TrialRecord
+from autotune.core.timing import too_short_text
 from autotune.core.units import format_gb
 from autotune.core.verdict import Judgement, RunEnd, judge
 from autotune.execution.runner import RunResult
@@ -106,6 +107,17 @@ def busy_text(reason: str, measured: bool) -> str:
     return f"HOST BUSY, its speed is suspect: {reason}" if measured else f"host busy while it ran: {reason}"
 
 
+def _length(record: TrialRecord) -> str:
+    """``; ran 14 steps, not the 50 asked`` and ``; too short to time: ...`` where they apply."""
+    run, asked, steady = record.get("steps_run"), record.get("steps"), record.get("steady_steps")
+    out = ""
+    if isinstance(run, int) and isinstance(asked, int) and run != asked:
+        out += f"; ran {run} steps, not the {asked} asked"
+    if isinstance(steady, int) and (short := too_short_text(steady, run if isinstance(run, int) else None)):
+        out += f"; {short}"
+    return out
+
+
 def summary(attrs: Mapping[str, Any]) -> str:
     """The progress line of a finished trial: speed, step time with its spread, peak and fit, and a
     busy host flagged; or its outcome and why."""
@@ -119,5 +131,5 @@ def summary(attrs: Mapping[str, Any]) -> str:
         if record.get("host_fits") is False:  # the card may have room: the host did not
             host = record.get("peak_host_rss_gb")
             fit = "over the host RAM line" + (f" (host peak {format_gb(host)})" if host is not None else "")
-        return f"ok: {sps:.3g} samples/s{steps}{peak_txt}, {fit}{busy}"
+        return f"ok: {sps:.3g} samples/s{steps}{peak_txt}, {fit}{_length(record)}{busy}"
     return f"{record.outcome}: {one_line(record.reason, 160)}{busy}"

@@ -15,32 +15,125 @@ trial through the scheduler. Two implementations:
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from optuna.distributions import BaseDistribution
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core.space import Candidate
 from autotune.errors import ClaimLost
 from autotune.store import optuna_private as op
 from autotune.store import study as st
 from autotune.store.claims import Claim, ClaimBook, Heartbeat
 from autotune.store.identity import ProcessIdentity
 from autotune.store.recovery import Reaped, Recovered, end_trial_processes, fail_trial, reap_stale
-from autotune.store.workers import Propose, Waiting, attach_or_fail, claim_next
+from autotune.store.workers import Waiting, attach_or_fail, claim_next
 from autotune.sweep.options import OPTIONS_ATTR, options_to_attr
 from autotune.sweep.setup import SweepPlan
 
 
 @dataclass(frozen=True)
-class Step:
-    """A candidate this loop may start now; ``claim``: the claim held for it in a shared study."""
+class Proposal:
+    """What the loop decided from one snapshot of the study, for the loop to act on.
 
-    params: dict[str, Any]
+    ``candidate``: what to start (None: nothing from this snapshot), as ``role``, with the
+    ``extra`` attrs its trial gets (``remeasure_of``). ``baseline``: the baseline's finished
+    trial, when the loop has not judged it yet: judged before anything else starts (a failed
+    baseline stops the sweep), so such a proposal has no candidate.
+    """
+
+    candidate: Candidate | None
+    role: str = "search"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    baseline: FrozenTrial | None = None
+
+    @property
+    def params(self) -> dict[str, Any] | None:
+        """The candidate's study params, as the claims take them (None: nothing to start)."""
+        return None if self.candidate is None else self.candidate.params
+
+
+#: The loop's decision: ``(trials, in_flight)`` -> what to do, from that one snapshot.
+Decide = Callable[[Sequence[FrozenTrial], Sequence[Mapping[str, Any]]], Proposal]
+
+
+@dataclass(frozen=True)
+class Step:
+    """A proposal this loop may act on now; ``claim``: the claim held for its candidate in a shared study."""
+
+    proposal: Proposal
     claim: Claim | None = None
+
+    @property
+    def candidate(self) -> Candidate | None:
+        return self.proposal.candidate
+
+
+def _step(proposal: Proposal) -> Step | None:
+    """A proposal without a claim as a step: None when there is nothing in it to act on."""
+    return None if proposal.candidate is None and proposal.baseline is None else Step(proposal)
+
+
+class TrialHandle:
+    """A started trial and what holds it: in a shared study its claim, renewed by a heartbeat
+    while the trial runs. Every write of the trial goes through it; use it in a ``with``:
+    leaving stops the heartbeat, so a trial left unfinished (an unexpected error) is reaped
+    by its lease and run again, instead of looking alive for as long as this process runs.
+    """
+
+    def __init__(
+        self,
+        study: st.SweepStudy,
+        trial: FrozenTrial,
+        *,
+        book: ClaimBook | None = None,
+        claim: Claim | None = None,
+        on_lost: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.study, self.trial, self.book, self.claim, self.on_lost = study, trial, book, claim, on_lost
+        self._held = contextlib.ExitStack()
+        if book is not None and claim is not None:
+            self._held.enter_context(Heartbeat(book, claim, book.lease_s / 6, on_lost))
+
+    def __enter__(self) -> TrialHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the heartbeat (again: nothing)."""
+        self._held.close()
+
+    # Several workers write a shared study, so before each write of ours every trial is read
+    # again (``refresh`` first: the write then reads nothing back), and counts and limits never
+    # lag behind the other workers by more than one of our writes.
+
+    def set_attrs(self, attrs: Mapping[str, Any]) -> None:
+        if self.claim is not None:
+            self.study.refresh()
+        self.study.set_trial_attrs(self.trial, attrs)
+
+    def finish(self, attrs: Mapping[str, Any], value: float | None) -> FrozenTrial:
+        """Write the result, only while this run still holds the trial (else nothing, and
+        ``on_lost`` is called); returns the trial as stored."""
+        self.close()
+        book, claim = self.book, self.claim
+        if book is None or claim is None:
+            return self.study.finish_trial(self.trial, attrs, value)
+        if not book.renew(claim):  # reaped: the trial was failed and handed on; write nothing
+            self.on_lost()
+            return self.study.storage.get_trial(op.trial_id(self.trial))
+        # The renewal leaves a whole lease to write the result before anyone may reap it.
+        self.study.refresh()
+        finished = self.study.finish_trial(self.trial, attrs, value)
+        book.finish(claim)
+        return finished
 
 
 class Scheduler(Protocol):
@@ -51,16 +144,17 @@ class Scheduler(Protocol):
     - ``begin(me)`` once, before the first trial: takes charge of the study where this run
       concludes it, and fails as ``interrupted`` the trials that dead runs left RUNNING
       (returned, for the loop to say; they run again).
-    - ``next_step(propose, on_reaped)``: ``propose(trials, in_flight)`` picks params from the
-      study's trials and the params in flight elsewhere (None: nothing). The answer is a
-      ``Step`` to run now, ``Waiting`` (nothing now, but work in flight elsewhere may open
-      some: ``wait``, then ask again) or None (nothing is left anywhere).
-    - ``start_trial(step, ...)`` creates the RUNNING trial of a step; ``step`` None is a trial
-      the loop did not get from ``next_step`` (the winner's confirmation), held from now on.
-      Raises ``ClaimLost`` when the study gave the candidate to another worker meanwhile.
-      Every started trial ends with ``finish_trial``, which writes the result only while this
+    - ``next_step(decide, on_reaped)``: ``decide(trials, in_flight)`` makes a ``Proposal`` from
+      the study's trials and the params in flight elsewhere. The answer is a ``Step`` to act on
+      now (its candidate claimed, where the study is shared), ``Waiting`` (nothing now, but
+      work in flight elsewhere may open some: ``wait``, then ask again) or None (nothing is
+      left anywhere).
+    - ``start_trial(step, ...)`` creates the RUNNING trial of a step and returns its
+      ``TrialHandle``; ``step`` None is a trial the loop did not get from ``next_step`` (the
+      winner's confirmation), held from now on. Raises ``ClaimLost`` when the study gave the
+      candidate to another worker meanwhile. Every write of the trial goes through the handle;
+      every started trial ends with ``handle.finish``, which writes the result only while this
       run still holds the trial (else nothing, and ``on_lost`` was called).
-    - Every write of a trial goes through the scheduler (``set_trial_attrs`` too).
     - ``running()``: trials in flight elsewhere, counted against ``--max-trials`` with the finished.
     """
 
@@ -70,23 +164,17 @@ class Scheduler(Protocol):
 
     def running(self) -> int: ...
 
-    def next_step(self, propose: Propose, on_reaped: Callable[[Reaped], None]) -> Step | Waiting | None: ...
+    def next_step(self, decide: Decide, on_reaped: Callable[[Reaped], None]) -> Step | Waiting | None: ...
 
     def wait(self, stop: threading.Event) -> None: ...
 
     def start_trial(
         self,
         step: Step | None,
-        params: Mapping[str, Any],
+        cand: Candidate,
         dists: Mapping[str, BaseDistribution],
         attrs: Mapping[str, Any],
-    ) -> FrozenTrial: ...
-
-    def set_trial_attrs(self, trial: FrozenTrial, attrs: Mapping[str, Any]) -> None: ...
-
-    def finish_trial(
-        self, trial: FrozenTrial, attrs: Mapping[str, Any], value: float | None
-    ) -> FrozenTrial: ...
+    ) -> TrialHandle: ...
 
 
 class LocalScheduler:
@@ -109,10 +197,9 @@ class LocalScheduler:
     def running(self) -> int:
         return 0
 
-    def next_step(self, propose: Propose, on_reaped: Callable[[Reaped], None]) -> Step | Waiting | None:
+    def next_step(self, decide: Decide, on_reaped: Callable[[Reaped], None]) -> Step | Waiting | None:
         self.study.refresh_if_changed()  # other writers' trials (our own are read back as written)
-        params = propose(self.study.trials(), [])
-        return None if params is None else Step(dict(params))
+        return _step(decide(self.study.trials(), []))
 
     def wait(self, stop: threading.Event) -> None:
         stop.wait(1.0)  # never asked: nothing runs elsewhere, so there is never anything to wait for
@@ -120,17 +207,11 @@ class LocalScheduler:
     def start_trial(
         self,
         step: Step | None,
-        params: Mapping[str, Any],
+        cand: Candidate,
         dists: Mapping[str, BaseDistribution],
         attrs: Mapping[str, Any],
-    ) -> FrozenTrial:
-        return self.study.start_trial(params, dists, attrs)
-
-    def set_trial_attrs(self, trial: FrozenTrial, attrs: Mapping[str, Any]) -> None:
-        self.study.set_trial_attrs(trial, attrs)
-
-    def finish_trial(self, trial: FrozenTrial, attrs: Mapping[str, Any], value: float | None) -> FrozenTrial:
-        return self.study.finish_trial(trial, attrs, value)
+    ) -> TrialHandle:
+        return TrialHandle(self.study, self.study.start_trial(cand.params, dists, attrs))
 
 
 class ClaimedScheduler:
@@ -146,8 +227,6 @@ class ClaimedScheduler:
     ) -> None:
         self.study, self.book, self.on_lost, self.concludes = study, book, on_lost, concludes
         self.poll_s = min(2.0, book.lease_s / 10)
-        self._claim: Claim | None = None
-        self._heartbeat: Heartbeat | None = None
 
     @classmethod
     def open(
@@ -224,8 +303,9 @@ class ClaimedScheduler:
     def running(self) -> int:
         return len(self.book.in_flight())
 
-    def next_step(self, propose: Propose, on_reaped: Callable[[Reaped], None]) -> Step | Waiting | None:
+    def next_step(self, decide: Decide, on_reaped: Callable[[Reaped], None]) -> Step | Waiting | None:
         study = self.study
+        asked = _Asked(decide)
 
         def fresh() -> list[FrozenTrial]:
             study.refresh()  # the study caches its trials; other workers' show up after this
@@ -234,69 +314,59 @@ class ClaimedScheduler:
         step = claim_next(
             study.study,
             self.book,
-            propose,
+            asked,
             on_reaped=on_reaped,
             read_trials=fresh,
             end_processes=self.end_processes,
         )
         if isinstance(step, Claim):
-            return Step(dict(step.params), step)
+            assert asked.last is not None  # a claim is made for a proposal's candidate
+            return Step(asked.last, step)
+        if asked.last is not None and asked.last.baseline is not None:
+            return Step(asked.last)  # the baseline's verdict first: nothing was claimed
         return step
 
     def wait(self, stop: threading.Event) -> None:
         stop.wait(self.poll_s)
         self.study.refresh()
 
-    # the trial's writes: several workers write this study, so after each write of ours every
-    # trial is read again (``refresh`` first: the write then reads nothing back), and counts
-    # and limits never lag behind the other workers by more than one of our writes
-
     def start_trial(
         self,
         step: Step | None,
-        params: Mapping[str, Any],
+        cand: Candidate,
         dists: Mapping[str, BaseDistribution],
         attrs: Mapping[str, Any],
-    ) -> FrozenTrial:
+    ) -> TrialHandle:
         claim = step.claim if step is not None else None
         if claim is None:  # a trial the loop did not claim (the winner's confirmation): claim it now
-            study_params = {k: st.to_study_value(v) for k, v in params.items()}
             self.study.refresh()
-            seen = sum(1 for t in self.study.trials() if t.params == study_params)
-            claim = self.book.try_claim(study_params, seen)
+            seen = sum(1 for t in self.study.trials() if t.params == cand.params)
+            claim = self.book.try_claim(cand.params, seen)
             if claim is None:
                 raise ClaimLost(
-                    f"another worker of study {self.study.name!r} started the same run of {study_params} a "
+                    f"another worker of study {self.study.name!r} started the same run of {cand.params} a "
                     "moment ago; it is left to that worker"
                 )
         self.study.refresh()
-        trial = self.study.start_trial(params, dists, {**attrs, "worker": self.book.worker.name})
+        trial = self.study.start_trial(cand.params, dists, {**attrs, "worker": self.book.worker.name})
         if not attach_or_fail(self.study.study, self.book, claim, op.trial_id(trial)):
             raise ClaimLost(
                 f"this worker stalled for longer than its lease ({self.book.lease_s:g}s) while starting "
                 f"trial {trial.number}; another worker took the candidate"
             )
-        self._claim = claim
-        self._heartbeat = Heartbeat(self.book, claim, self.book.lease_s / 6, self.on_lost).__enter__()
-        return trial
+        return TrialHandle(self.study, trial, book=self.book, claim=claim, on_lost=self.on_lost)
 
-    def set_trial_attrs(self, trial: FrozenTrial, attrs: Mapping[str, Any]) -> None:
-        self.study.refresh()
-        self.study.set_trial_attrs(trial, attrs)
 
-    def finish_trial(self, trial: FrozenTrial, attrs: Mapping[str, Any], value: float | None) -> FrozenTrial:
-        claim, hb = self._claim, self._heartbeat
-        self._claim = self._heartbeat = None
-        if hb is not None:
-            hb.__exit__(None, None, None)
-        if claim is None:
-            self.study.refresh()
-            return self.study.finish_trial(trial, attrs, value)
-        if not self.book.renew(claim):  # reaped: the trial was failed and handed on; write nothing
-            self.on_lost()
-            return self.study.storage.get_trial(op.trial_id(trial))
-        # The renewal leaves a whole lease to write the result before anyone may reap it.
-        self.study.refresh()
-        finished = self.study.finish_trial(trial, attrs, value)
-        self.book.finish(claim)
-        return finished
+class _Asked:
+    """The loop's ``decide`` as ``claim_next`` asks it (params, or None), keeping the last
+    proposal so the step hands the loop what it decided, not params to convert back."""
+
+    def __init__(self, decide: Decide) -> None:
+        self.decide = decide
+        self.last: Proposal | None = None
+
+    def __call__(
+        self, trials: Sequence[FrozenTrial], in_flight: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any] | None:
+        self.last = self.decide(trials, in_flight)
+        return self.last.params

@@ -37,7 +37,7 @@ from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu
 from autotune.store.identity import ProcessIdentity
 from autotune.store.storage import open_storage
-from autotune.store.study import CARD_GB_ATTR
+from autotune.store.study import CARD_BYTES_ATTR, CARD_GB_ATTR, GIB, SweepStudy
 from autotune.sweep import conclude
 from autotune.sweep.executor import TrialExecutor
 from autotune.sweep.fitcheck import check_fit
@@ -135,6 +135,10 @@ class SweepSession:
         threads = [self._start_sibling(gpu, plan, claimed) for gpu in self.siblings] if claimed else []
         try:
             stop_reason = loop.run()
+        except SweepInterrupted:
+            self.stop.event.set()
+            self._record_interrupted(scheduler.study)
+            raise
         except BaseException:
             self.stop.event.set()
             raise
@@ -148,6 +152,14 @@ class SweepSession:
         if not self.concludes:  # a worker leaves the best, confirmation and report to the sweep
             return conclude.result(study, plan.study_name, plan.storage_url, None, stop_reason, [], self.t0)
         return self._conclude(plan, loop, executor, stop_reason)
+
+    def _record_interrupted(self, study: SweepStudy) -> None:
+        """``status`` must say this run was interrupted, not repeat the last run's stop reason."""
+        name = signal.Signals(self.interrupt.signum).name if self.interrupt.signum else "a stop request"
+        try:
+            study.set_attr("stop_reason", f"interrupted by {name} (run the same command again to resume)")
+        except Exception as exc:  # the study may be what failed; the interrupt is still reported
+            self.progress.line(f"the stop reason was not recorded: {exc}")
 
     def _open(self, plan: SweepPlan) -> tuple[Scheduler, ClaimedScheduler | None]:
         """The study, through this run's scheduler, taken charge of; says what a resume found."""
@@ -179,6 +191,7 @@ class SweepSession:
             )
         study.set_attr("effective_batch", plan.target_effective)
         study.set_attr(CARD_GB_ATTR, plan.card.vram_gb)  # exact (the settings round it): fit constraints
+        study.set_attr(CARD_BYTES_ATTR, round(plan.card.vram_gb * GIB))
         done = study.counted_trials()
         fit = check_fit(plan)
         self.progress.line(
@@ -198,6 +211,8 @@ class SweepSession:
             )
         if card.emulation:
             self.progress.line(f"card {card.emulation}")
+        if (steps_warning := plan.adapter.steps_warning(plan.baseline, plan.steps)) is not None:
+            self.progress.line(steps_warning)
         for change in plan.settings.get("host_changes", ()):
             self.progress.line(f"trials changed for this host: {change}")
         return scheduler, claimed

@@ -26,6 +26,7 @@ from autotune.gpu.nvml import GIB, Nvml, open_nvml
 from autotune.gpu.probe import VisibleGpu
 from autotune.store import study as st
 from autotune.store import urls
+from autotune.store.settings import settings_record
 from autotune.sweep.naming import config_hash, default_study_name
 from autotune.sweep.options import DEFAULT_MAX_BATCH_SIZE, DEFAULT_STEPS, SweepOptions
 from autotune.trainers.base import Baseline, TrainerAdapter
@@ -133,6 +134,8 @@ def plan_sweep(
     declared = declared_knobs(opts)
     if declared:
         options["knobs"] = [k.name for k in declared]
+        if flags := {k.name: k.flag for k in declared if k.flag is not None}:
+            options["flags"] = flags
     hook = (
         {"hook": opts.hook} if adapter_class(opts.trainer).traits.takes_hook and "hook" not in options else {}
     )
@@ -204,13 +207,13 @@ def plan_sweep(
         "card": card.as_setting(),
         **({"declared_knobs": [k.spec for k in declared]} if declared else {}),
         # How the trainer is launched (--cmd's template, --trainer-dir): part of what the sweep is.
-        "trainer_options": {k: str(v) for k, v in sorted(options.items())},
+        "trainer_options": options,
+        "hook": opts.hook,
+        "batch_sizes": None if opts.batch_sizes is None else ",".join(map(str, space.batch_values())),
     }
     # For the report's launch command (informational: a resume may change them, see store.settings).
     if opts.full_steps is not None:
         settings["full_steps"] = opts.full_steps
-    if not opts.hook:  # only when off: studies from before the flag stay the same sweep
-        settings["hook"] = False
     if held_back:  # informational (the knobs, the baseline and the flag decide it): for the report
         settings["held_back"] = {n: [st.to_study_value(v) for v in vals] for n, vals in held_back.items()}
     if card.emulation:  # informational: the report says how the card was emulated
@@ -221,8 +224,6 @@ def plan_sweep(
         settings["host_ram_gb"] = opts.host_ram_gb
     elif (ram := machine_ram_gb()) is not None:  # informational: the report states the host line
         settings["machine_ram_gb"] = round(ram, 3)
-    if opts.batch_sizes is not None:  # only when given: studies from before the flag resume unchanged
-        settings["batch_sizes"] = ",".join(map(str, space.batch_values()))
     launch_folder = adapter.launch_folder()  # where a template trainer's trials run
     if launch_folder is not None:
         settings["launch_cwd"] = str(launch_folder)
@@ -238,7 +239,7 @@ def plan_sweep(
         base_ga=base_ga,
         strategy=strategy,
         distributions=dists,
-        settings=settings,
+        settings=settings_record(settings),
         steps=steps,
         target_effective=target_effective,
         num_gpus=num_gpus,
@@ -410,10 +411,12 @@ def emulation_note(adapter: TrainerAdapter, gb: float, gpus: Sequence[tuple[int,
             "not emulated: no GPU and the trial-side hook is off (--no-hook), so nothing limits or "
             "measures the trials' memory; fit is judged only from what the trainer reports itself"
         )
-    return (
-        f"counted: {who} counts live tensor storage on CPU and raises torch's OutOfMemoryError past "
-        f"{format_gb(gb)}"
+    what = (
+        "live tensor storage"
+        if adapter.traits.emulates_vram
+        else "the tensor storage a GPU run would hold on the device (not host-held data such as a dataset in CPU tensors)"
     )
+    return f"counted: {who} counts {what} on CPU and raises torch's OutOfMemoryError past {format_gb(gb)}"
 
 
 def gate(opts: SweepOptions, adapter: TrainerAdapter, card: Card) -> None:

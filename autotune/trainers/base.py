@@ -233,6 +233,11 @@ class TrainerAdapter(ABC):
         By default any number will do."""
         return None
 
+    def steps_warning(self, baseline: Baseline, steps: int) -> str | None:
+        """A line for the sweep's start when trials cannot be given ``steps`` (a command template
+        with no ``{steps}``): they run the trainer's own length. ``None``: they get it."""
+        return None
+
     def max_batch_size(self, baseline: Baseline) -> int | None:
         """The largest per-GPU batch the trainer can run with this baseline (None: no known limit)."""
         return None

@@ -9,7 +9,8 @@ A ``TorchDispatchMode`` sees every aten op's outputs and counts the bytes of eac
 *storage* once (views share a storage, so they are not counted twice), and forgets a storage when it
 is freed (a weak reference on the storage, whose Python object torch keeps alive exactly as long as
 the storage itself). Tensors that existed before the mode was entered (the model's weights, "moved
-to the device") are adopted explicitly. An op whose new storages would take the live total past the
+to the device") are adopted explicitly by the reference trainer; for a script that says nothing,
+``count_from_first_use`` infers what a GPU run would hold on the device. An op whose new storages would take the live total past the
 emulated card raises a real ``torch.OutOfMemoryError`` worded like the CUDA caching allocator's, so
 autotune's OOM classification sees the same text. Only the process that made the card counts (a
 forked data-loader worker inherits the mode, but its tensors are host memory, never the card's).
@@ -76,6 +77,8 @@ class EmulatedCard(TorchDispatchMode):
         self._sizes: dict[int, int] = {}  # storage data_ptr -> bytes counted
         self._refs: dict[int, weakref.ref[Any]] = {}
         self._allocates: dict[Any, bool] = {}
+        #: False until ``count_from_first_use`` saw the first use: nothing on the device yet, no peak.
+        self.counting = True
 
     # -- counting -------------------------------------------------------------------------------
     def _freed(self, key: int) -> None:
@@ -120,6 +123,72 @@ class EmulatedCard(TorchDispatchMode):
 
     def reset_peak(self) -> None:
         self.peak = self.live
+
+    # -- what is on the device, for a script that never says (the hook) ---------------------------
+    def count_from_first_use(self) -> Callable[[], None]:
+        """Count only what a GPU run would hold on the device; returns the undo (removes the hooks).
+
+        Everything is a CPU tensor here, so "on the device" is inferred from use, not from
+        ``.to(device)`` (on CPU that call is the same for host and device data):
+
+        - Nothing is counted before the first module forward or optimizer step: a dataset kept in
+          CPU tensors, a model loaded on the CPU and moved later, decoders kept on the host.
+        - At a module's first forward, its whole tree's parameters and buffers are adopted (the
+          module computes on the device, and its children moved with it); so are the optimizer's
+          parameters at its first step. A module that never runs is never counted.
+        - From then on every storage an op creates is counted (activations, gradients, optimizer
+          state, a batch the data loader collates or indexing copies), and a whole tensor passed
+          into a module (a batch kept as it is) is adopted; a slice of a host tensor is not (on the
+          GPU it would be a copy of one batch).
+        """
+        started = False
+        self.counting = False
+        seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        adopted: weakref.WeakSet[Any] = weakref.WeakSet()
+
+        def start() -> None:
+            nonlocal started
+            if not started and os.getpid() == self.owner:
+                started = True
+                self.counting = True
+                self.__enter__()
+
+        def on_forward(module: torch.nn.Module, args: Any) -> None:
+            if os.getpid() != self.owner:
+                return
+            start()
+            if module not in seen:
+                tree = list(module.modules())
+                seen.update(tree)
+                self.adopt(
+                    [t for m in tree for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))]
+                )
+            for arg in args if isinstance(args, tuple) else (args,):
+                if isinstance(arg, torch.Tensor) and type(arg) is torch.Tensor:
+                    storage = arg.untyped_storage()
+                    if arg.nbytes == storage.nbytes():  # the whole tensor, not a window into host data
+                        self._track_storage(storage, True)
+
+        def on_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if os.getpid() != self.owner:
+                return
+            start()
+            if optimizer not in adopted:
+                adopted.add(optimizer)
+                self.adopt([p for group in optimizer.param_groups for p in group["params"]])
+
+        import torch.optim.optimizer as optim
+
+        handles = [
+            torch.nn.modules.module.register_module_forward_pre_hook(on_forward),
+            optim.register_optimizer_step_pre_hook(on_step),
+        ]
+
+        def undo() -> None:
+            for handle in handles:
+                handle.remove()
+
+        return undo
 
     # -- the emulated allocator's failure ---------------------------------------------------------
     def out_of_memory(self, nbytes: int) -> torch.OutOfMemoryError:

@@ -25,7 +25,9 @@ then registers torch's global optimizer step post-hook and appends JSON lines to
   of its first tensor, else the length of a list batch), so a partial batch counts as partial and
   micro-batches of gradient accumulation add up.
 - ``AUTOTUNE_EMULATED_VRAM_GB=N``: with no GPU, the emulated card (``autotune_emulated_card``, the
-  reference trainer's counter) counts live tensor storage from ``import torch`` on and raises
+  reference trainer's counter) counts the tensor storage a GPU run would hold on the device
+  (``EmulatedCard.count_from_first_use``: nothing before the first module forward or optimizer
+  step, then the modules that run, their inputs and what the steps create) and raises
   torch's ``OutOfMemoryError`` past N GiB, for the first ``AUTOTUNE_EMULATED_COUNT_STEPS`` optimizer
   steps (default 3, as the reference trainer; 0: every step; the counter costs time on every op, so
   steps it counted are marked). With a GPU larger than N, the process is capped at N with
@@ -96,6 +98,7 @@ class _Recorder:
         self.loader_seen = False
         self.card = None  # the emulated card on CPU, while it counts
         self.card_peak = None  # its peak once it stopped counting
+        self.card_undo = None  # removes the card's module and optimizer hooks
         self.count_steps = 0
         self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the process's life
         key = os.environ.get("AUTOTUNE_HOOK_KEY", "")
@@ -112,7 +115,8 @@ class _Recorder:
             fields["max_memory_reserved_gb"] = self.torch.cuda.max_memory_reserved() / GIB
             fields["max_memory_allocated_gb"] = self.torch.cuda.max_memory_allocated() / GIB
         else:
-            peak = self.card.peak if self.card is not None else self.card_peak
+            card = self.card
+            peak = (card.peak if card.counting else None) if card is not None else self.card_peak
             if peak is not None:
                 fields["max_memory_reserved_gb"] = fields["max_memory_allocated_gb"] = peak / GIB
         return fields
@@ -189,6 +193,9 @@ class _Recorder:
         from torch.utils._python_dispatch import _get_current_dispatch_mode
 
         card = self.card
+        if card is not None and self.card_undo is not None:
+            self.card_undo()
+            self.card_undo = None
         if card is not None and _get_current_dispatch_mode() is card:  # never pop the script's own mode
             card.__exit__(None, None, None)
             self.card_peak = card.peak
@@ -288,10 +295,15 @@ def _emulate(torch, recorder: _Recorder, vram_gb: float) -> None:
     card = autotune_emulated_card.EmulatedCard(
         int(vram_gb * GIB), setting="--vram-gb (AUTOTUNE_EMULATED_VRAM_GB)"
     )
-    card.__enter__()
     recorder.card = card
+    recorder.card_undo = card.count_from_first_use()
     steps = "every step" if not recorder.count_steps else f"the first {recorder.count_steps} steps"
-    recorder.on_card("counted", vram_gb, f"live tensor storage counted on CPU for {steps}")
+    recorder.on_card(
+        "counted",
+        vram_gb,
+        f"device-resident tensor storage counted on CPU for {steps}: from the first module forward or "
+        "optimizer step, the modules that run and what the steps create; host-held data left out",
+    )
 
 
 def _on_torch(torch) -> None:

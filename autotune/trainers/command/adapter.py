@@ -118,6 +118,35 @@ def _declared_names(option: Any) -> tuple[str, ...]:
     return names
 
 
+def _lone_placeholder(element: str) -> str | None:
+    """The name when ``element`` is exactly one ``{name}`` and nothing else."""
+    if element.startswith("{") and element.endswith("}") and element[1:-1].isidentifier():
+        return element[1:-1]
+    return None
+
+
+def _flag_texts(option: Any, declared: Sequence[str], argv: Sequence[str]) -> dict[str, str]:
+    """The ``flags`` option: declared flag knobs (``--knob NAME=flag``) -> the switch's text. Each
+    must stand alone as an argument of the template, so that false can drop it."""
+    if option is None:
+        return {}
+    if not isinstance(option, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in option.items()
+    ):
+        raise UsageError(f"the command adapter's 'flags' option must map knob names to flags, got {option!r}")
+    for name in option:
+        if name not in declared:
+            raise UsageError(f"flag knob {name!r} is not among the declared knobs ({', '.join(declared)})")
+        inside = [e for e in argv if "{" + name + "}" in e and _lone_placeholder(e) != name]
+        if inside:
+            raise UsageError(
+                f"--knob {name}=flag: {{{name}}} is part of the template argument {inside[0]!r}; a flag "
+                f"knob is a whole argument (it becomes the flag or nothing): write it as a separate word "
+                f"{{{name}}}"
+            )
+    return dict(option)
+
+
 def _has_key(data: Any, key: str) -> bool:
     missing = object()
     return isinstance(data, Mapping) and get_dotted(data, key, missing) is not missing
@@ -128,7 +157,9 @@ class CommandAdapter(TrainerAdapter):
     folder), ``config_keys`` (param -> dotted key in the config, also for ``steps`` and
     ``gradient_accumulation_steps``), ``hook`` (inject the trial-side hook: step times, memory,
     losses, real batches, the ``--vram-gb`` card; default on), ``knobs`` (names declared with
-    ``--knob``: placeholders too, and config keys where the baseline config has them)."""
+    ``--knob``: placeholders too, and config keys where the baseline config has them), ``flags``
+    (declared flag knobs -> the switch, e.g. ``{"ckpt": "--grad-checkpointing"}``: ``{ckpt}`` is it when
+    true and no argument at all when false)."""
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
@@ -139,7 +170,7 @@ class CommandAdapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("template", "cwd", "config_keys", "hook", "knobs"))
+        take_options(options, self.name, ("template", "cwd", "config_keys", "hook", "knobs", "flags"))
         template = options.get("template")
         if not isinstance(template, str) or not template.strip():
             raise UsageError(
@@ -149,6 +180,7 @@ class CommandAdapter(TrainerAdapter):
         self.argv, self.script_env, script_cwd = read_template(template)
         self.template = template
         self.declared = _declared_names(options.get("knobs"))
+        self.flags = _flag_texts(options.get("flags"), self.declared, self.argv)
         known = [*KNOBS, *self.declared, *EXTRA_PLACEHOLDERS]
         unknown = sorted(set(placeholders(self.argv)) - set(known))
         if unknown:
@@ -269,7 +301,30 @@ class CommandAdapter(TrainerAdapter):
 
     def _fill(self, values: Mapping[str, Any]) -> list[str]:
         filled = _Values({k: _text(v) for k, v in values.items()})
-        return [element.format_map(filled) for element in self.argv]
+        out: list[str] = []
+        for element in self.argv:
+            flag = _lone_placeholder(element)
+            if flag in self.flags and flag in values:  # a switch: its text when true, nothing when false
+                if values[flag] is True:
+                    out.append(self.flags[flag])
+                continue
+            out.append(element.format_map(filled))
+        return out
+
+    def steps_warning(self, baseline: Baseline, steps: int) -> str | None:
+        """No ``{steps}`` in the template and no steps key in the ``{config}`` it passes: each
+        trial runs the script's own length. Said before the first trial, not found out after."""
+        used = set(placeholders(self.argv))
+        if "steps" in used:
+            return None
+        if "config" in used and (not baseline.text or "steps" in self._keys(baseline)):
+            return None  # the rendered config carries the step count
+        return (
+            f"warning: the command template has no {{steps}}: trials cannot be told to run {steps} steps, "
+            "so each runs the script's own length (its epochs or step count); the steps each really ran "
+            "are recorded, and a trial with too few steady steps to time says so. Pass the count through "
+            "{steps} (e.g. --max-steps {steps}) to time every trial alike."
+        )
 
     def launch_folder(self) -> Path | None:
         return self.cwd

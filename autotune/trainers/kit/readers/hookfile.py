@@ -92,6 +92,8 @@ def read_hook_file(path: Path) -> TrialMetrics:
         metrics.step_times_s = [s.time_s for s in series]
         times = [s.time_s for s in _steady(series)]
         metrics.step_time_s, metrics.step_time_spread_s = steady_state(times, 0)
+        metrics.steps_run = len(series)
+        metrics.steady_steps = len(times)
         metrics.samples_per_step = _samples_per_step(steps.values())
     if peaks:
         metrics.measured_peak_vram_gb = max(peaks)
