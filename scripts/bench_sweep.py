@@ -38,19 +38,14 @@ listed), 2 on bad usage. Example (docs/benchmark.md's table):
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import math
 import os
-import resource
 import shlex
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,57 +56,31 @@ if str(ROOT) not in sys.path:
 from autotune.core.space import Candidate, Space  # noqa: E402
 from autotune.core.strategy import Observation, Strategy  # noqa: E402
 from scripts import bench_strategies as bs  # noqa: E402
+from scripts.bench_sweep_overhead import measure_overhead  # noqa: E402
+from scripts.bench_sweep_report import (  # noqa: E402
+    STEPS,
+    Row,
+    Run,
+    breakdown,
+    describe_miss,
+    table,
+    target_failures,
+    targets_met,
+)
 from tests.fakes.landscape import Landscape, suite  # noqa: E402
 from tests.fakes.landscape import space_of as landscape_space  # noqa: E402
 
 OURS = "ours"
 STRATEGIES = (OURS, *bs.COMPETITORS)
 SIM_TRAINER = ROOT / "tests" / "fakes" / "sim_trainer.py"
-STEPS = 50  # the sweep's default trial length, and LTX-2's own autotune's
 
 #: The held-out seeds the targets are judged on (development used 1-200; never tune on these).
 HELD_OUT_FIRST = 1001
 HELD_OUT_COUNT = 60
 
-#: Targets (docs/benchmark.md states them with the results).
-FOUND_WITHIN = 0.03  # a pick within 3 % of the true best's samples/s counts as finding it
-TARGET_FOUND = 1.0
-TARGET_GPU_RATIO = 0.30
-AIM_GPU_RATIO = 0.20
-TARGET_TRIALS_RATIO = 0.25
-TARGET_NOFIT_TRIALS = 2
-TARGET_OVERHEAD_S = 0.3
 OVERHEAD_TRIALS = 100
 
 StrategyFactory = Callable[[Space, Candidate, float, float], Any]
-
-
-@dataclass
-class Run:
-    """One strategy's search of one landscape."""
-
-    strategy: str
-    landscape: str
-    mode: str
-    trials: int = 0
-    gpu_s: float = 0.0
-    best_params: dict[str, Any] | None = None
-    picked_sps: float = 0.0  # the pick's TRUE samples/s (0 when it picked nothing or a non-fit)
-    true_best_sps: float | None = None  # None: nothing fits this landscape
-    history: list[tuple[dict[str, Any], str]] = field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def regret(self) -> float | None:
-        if self.true_best_sps is None:
-            return None
-        return max(0.0, 1.0 - self.picked_sps / self.true_best_sps)
-
-    @property
-    def found(self) -> bool | None:
-        if self.true_best_sps is None:
-            return None
-        return self.picked_sps >= (1.0 - FOUND_WITHIN) * self.true_best_sps
 
 
 # --- one search ---------------------------------------------------------------------------------
@@ -312,214 +281,6 @@ def sweep_with(argv: list[str]) -> int:
     return cli.EXIT_OK
 
 
-# --- the table ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Row:
-    strategy: str
-    mode: str
-    runs: list[Run]
-    grid_gpu_s: float
-    grid_trials: int = 0
-
-    @property
-    def judged(self) -> list[Run]:
-        return [r for r in self.runs if r.true_best_sps is not None]
-
-    @property
-    def found_share(self) -> float:
-        return sum(1 for r in self.judged if r.found) / max(1, len(self.judged))
-
-    @property
-    def mean_regret(self) -> float:
-        return statistics.fmean(r.regret or 0.0 for r in self.judged) if self.judged else 0.0
-
-    @property
-    def worst_regret(self) -> float:
-        return max((r.regret or 0.0 for r in self.judged), default=0.0)
-
-    @property
-    def gpu_s(self) -> float:
-        return sum(r.gpu_s for r in self.runs)
-
-    @property
-    def gpu_ratio(self) -> float:
-        return self.gpu_s / self.grid_gpu_s if self.grid_gpu_s else math.nan
-
-    @property
-    def trials(self) -> int:
-        return sum(r.trials for r in self.runs)
-
-    @property
-    def trials_ratio(self) -> float:
-        return self.trials / self.grid_trials if self.grid_trials else math.nan
-
-    @property
-    def nofit_trials(self) -> int:
-        """The most trials run on a landscape where nothing fits (0 when every landscape has a fit)."""
-        return max((r.trials for r in self.runs if r.true_best_sps is None), default=0)
-
-    @property
-    def misses(self) -> list[Run]:
-        return [r for r in self.judged if not r.found]
-
-
-def table(rows: Sequence[Row], n_landscapes: int, n_judged: int) -> str:
-    lines = [
-        f"| strategy | mode | found true best (of {n_judged}) | mean regret | worst regret "
-        f"| trials (mean) | trials vs grid | simulated GPU-hours | vs grid |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        n_found = sum(1 for x in r.judged if x.found)
-        lines.append(
-            f"| {r.strategy} | {r.mode} | {r.found_share:.1%} ({n_found}) | {r.mean_regret:.2%} "
-            f"| {r.worst_regret:.1%} | {r.trials / max(1, n_landscapes):.1f} | {r.trials_ratio:.1%} "
-            f"| {r.gpu_s / 3600:.1f} "
-            f"| {r.gpu_ratio:.1%} |"
-        )
-    return "\n".join(lines)
-
-
-def breakdown(runs: Sequence[Run], by_name: dict[str, Landscape]) -> str:
-    """Where a strategy's simulated GPU-hours went: docs/benchmark.md's before/after breakdown."""
-    hours: dict[str, float] = dict.fromkeys(
-        ("baseline", "winning family", "losing families, batch <= 2", "losing families, batch > 2",
-         "out of memory", "re-measures"), 0.0
-    )  # fmt: skip
-    for run in runs:
-        land = by_name[run.landscape]
-        truth = land.true_best()
-        seen: dict[str, int] = {}
-        for i, (params, outcome) in enumerate(run.history):
-            key = json.dumps(sorted((k, str(v)) for k, v in params.items()))
-            sim = land.simulate(params, steps=STEPS, run=seen.get(key, 0))
-            if i == 0:
-                what = "baseline"
-            elif seen.get(key, 0) > 0:
-                what = "re-measures"
-            elif outcome != "ok":
-                what = "out of memory"
-            elif truth is not None and _family(params) == _family(truth[0]):
-                what = "winning family"
-            else:
-                what = f"losing families, batch {'<= 2' if int(params['batch_size']) <= 2 else '> 2'}"
-            if outcome == "ok":
-                seen[key] = seen.get(key, 0) + 1
-            hours[what] += sim.seconds / 3600
-    total = sum(hours.values()) or 1.0
-    parts = [f"{k} {v:.1f} h ({v / total:.0%})" for k, v in hours.items()]
-    return f"Where {runs[0].strategy}'s simulated GPU-hours went: " + "; ".join(parts) + "."
-
-
-def _family(params: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(v) for k, v in sorted(params.items()) if k != "batch_size")
-
-
-def describe_miss(run: Run, land: Landscape) -> str:
-    truth = land.true_best()
-    assert truth is not None
-    picked = run.best_params
-    return (
-        f"  {land.name} ({land.card}, headroom {land.headroom:.0%}, max batch {land.max_batch_size}"
-        f"{', extra savers' if land.allow_extra_savers else ''}, seed {land.seed}): "
-        f"true best {_label(truth[0])} at {truth[1]:.4g} samples/s; picked "
-        f"{_label(picked) if picked else 'nothing'} at {run.picked_sps:.4g} "
-        f"(regret {run.regret or 0:.1%}) after {run.trials} trials"
-    )
-
-
-def _label(params: dict[str, Any]) -> str:
-    q = params.get("quantization")
-    return (
-        f"{'bf16' if q in (None, 'none') else q} {params.get('optimizer')} "
-        f"bs={params.get('batch_size')} {'ckpt' if params.get('gradient_checkpointing') else 'no-ckpt'}"
-    )
-
-
-# --- orchestrator overhead ----------------------------------------------------------------------
-
-#: A trainer that exits at once: ``sh`` writes the metrics file (samples/s = batch size, so the
-#: search keeps raising batches) and ends. Braces are doubled for the command template.
-INSTANT_SCRIPT = (
-    'printf "{{\\"samples_per_s\\": %s, \\"step_time_s\\": 1.0, \\"peak_vram_gb\\": %s}}" '
-    '{batch_size} {batch_size} > "$AUTOTUNE_METRICS_FILE"'
-)
-
-
-@dataclass
-class Overhead:
-    intervals_s: list[float]  # between consecutive trial starts, real wall time
-    trainer_s: float  # the instant trainer's own wall time, run alone (median)
-    sweeps: int
-    cpu_s_per_trial: float  # the sweep processes' CPU time (start-up included) per trial: load-proof
-    load: tuple[float, float]  # 1-minute load average before and after: a busy machine inflates wall time
-
-    @property
-    def per_trial_s(self) -> list[float]:
-        return [x - self.trainer_s for x in self.intervals_s]
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.per_trial_s)
-
-
-def instant_trainer_s(where: Path, repeat: int = 30) -> float:
-    """The instant trainer's own wall time: the same command run alone, median of ``repeat``."""
-    argv = ["sh", "-c", INSTANT_SCRIPT.replace("{{", "{").replace("}}", "}").replace("{batch_size}", "4")]
-    env = {**os.environ, "AUTOTUNE_METRICS_FILE": str(where / "alone.json")}
-    times = []
-    for _ in range(repeat):
-        t = time.monotonic()
-        subprocess.run(argv, env=env, check=True, stdin=subprocess.DEVNULL)
-        times.append(time.monotonic() - t)
-    return statistics.median(times)
-
-
-def measure_overhead(workdir: Path, trials: int) -> Overhead:
-    """Our sweep with the instant trainer, sweep after sweep, until ``trials`` intervals are timed."""
-    import optuna
-
-    where = workdir / "overhead"
-    where.mkdir(parents=True, exist_ok=True)
-    intervals: list[float] = []
-    sweeps = n_trials = 0
-    cpu = 0.0
-    load_before = os.getloadavg()[0]
-    while len(intervals) < trials:
-        sweeps += 1
-        study = f"overhead-{sweeps}"
-        argv = [
-            *("sweep", "--trainer", "command", "--cmd", f"sh -c {shlex.quote(INSTANT_SCRIPT)}"),
-            *("--vram-gb", "1000", "--max-batch-size", "64", "--allow-extra-savers"),
-            *("--workdir", str(where), "--study", study),
-        ]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        with open(where / f"{study}.log", "wb") as log:
-            proc = subprocess.run(
-                [sys.executable, "-m", "autotune", *argv],
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=False,
-            )
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"the overhead sweep {study} exited {proc.returncode}; see {where / study}.log"
-            )
-        loaded = optuna.load_study(study_name=study, storage=f"sqlite:///{where / 'studies.db'}")
-        starts = sorted(t.datetime_start for t in loaded.get_trials(deepcopy=False) if t.datetime_start)
-        if len(starts) < 2:
-            raise RuntimeError(f"the overhead sweep {study} ran {len(starts)} trial(s); it needs several")
-        intervals += [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
-        n_trials += len(starts)
-    load = (load_before, os.getloadavg()[0])
-    return Overhead(intervals[:trials], instant_trainer_s(where), sweeps, cpu / n_trials, load)
-
-
 # --- main ---------------------------------------------------------------------------------------
 
 
@@ -703,15 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     n_judged = sum(1 for land in lands if land.true_best() is not None)
     out = [table(rows, len(lands), n_judged), ""]
     if overhead is not None:
-        q = statistics.quantiles(overhead.per_trial_s, n=10)
-        out.append(
-            f"Orchestrator overhead: {overhead.median_s:.3f} s per trial (median over {len(overhead.intervals_s)} "
-            f"trials in {overhead.sweeps} sweeps of ours; p10 {q[0]:.3f} s, p90 {q[-1]:.3f} s): real wall time "
-            f"between trial starts, less the trainer's own {overhead.trainer_s * 1000:.0f} ms (a trainer that "
-            f"exits at once, timed alone). CPU time of the sweep process per trial, start-up included: "
-            f"{overhead.cpu_s_per_trial:.3f} s. Load average {overhead.load[0]:.1f} -> {overhead.load[1]:.1f} "
-            f"on {os.cpu_count()} CPUs."
-        )
+        out.append(overhead.describe())
     out.append(breakdown(rows[0].runs, by_name))
     out += notes
     errors = [r for runs in (*fast.values(), *real.values()) for r in runs if r.error]
@@ -721,54 +474,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{n_judged} with a fitting point; {elapsed:.0f} s wall ({t_fast:.0f} s in-process)."
     )
 
-    # Targets.
-    failures: list[str] = []
     ours = rows[0]
-    if ours.found_share < TARGET_FOUND:
-        failures.append(
-            f"ours found the true best in {ours.found_share:.1%} of landscapes (target >= {TARGET_FOUND:.0%})"
-        )
-    if ours.gpu_ratio > TARGET_GPU_RATIO:
-        failures.append(
-            f"ours used {ours.gpu_ratio:.1%} of the grid's GPU-hours (target <= {TARGET_GPU_RATIO:.0%})"
-        )
-    if ours.trials_ratio > TARGET_TRIALS_RATIO:
-        failures.append(
-            f"ours ran {ours.trials_ratio:.1%} of the grid's trials (target <= {TARGET_TRIALS_RATIO:.0%})"
-        )
-    if ours.nofit_trials > TARGET_NOFIT_TRIALS:
-        failures.append(
-            f"ours ran {ours.nofit_trials} trials on a landscape where nothing fits "
-            f"(target <= {TARGET_NOFIT_TRIALS})"
-        )
-    greedy = [r for r in rows if r.strategy == bs.Ltx2GreedyStrategy.name]
-    if greedy and not ours.found_share > greedy[0].found_share:
-        failures.append(
-            f"ours found the true best no more often than the LTX-2 greedy ({ours.found_share:.1%} vs "
-            f"{greedy[0].found_share:.1%})"
-        )
-    if overhead is not None and overhead.median_s > TARGET_OVERHEAD_S:
-        failures.append(
-            f"orchestrator overhead {overhead.median_s:.3f} s per trial (target <= {TARGET_OVERHEAD_S} s)"
-        )
-    if errors:
-        failures.append(f"{len(errors)} run(s) ended in an error (listed above)")
+    failures = target_failures(rows, overhead, len(errors))
     if ours.misses:
         out.append(f"ours ({ours.mode}) missed the true best on:")
         out += [describe_miss(r, by_name[r.landscape]) for r in ours.misses]
     out += [f"TARGET MISSED: {f}" for f in failures]
     if not failures:
-        out.append(
-            f"targets met: ours found the true best in {ours.found_share:.1%} (>= {TARGET_FOUND:.0%}) with "
-            f"{ours.gpu_ratio:.1%} of the grid's GPU-hours (<= {TARGET_GPU_RATIO:.0%}, aim {AIM_GPU_RATIO:.0%}), "
-            f"{ours.trials_ratio:.1%} of its trials (<= {TARGET_TRIALS_RATIO:.0%}), at most {ours.nofit_trials} "
-            f"trial(s) where nothing fits (<= {TARGET_NOFIT_TRIALS})"
-            + (
-                f", overhead {overhead.median_s:.3f} s per trial (<= {TARGET_OVERHEAD_S} s)"
-                if overhead is not None
-                else "; overhead not measured"
-            )
-        )
+        out.append(targets_met(ours, overhead))
     text = "\n".join(out)
     print(text)
     if args.output:

@@ -73,21 +73,21 @@ class PostgresServer:
     def data_dir(self) -> Path:
         return self.root / "data"
 
-    def url(self, database: str) -> str:
-        return f"postgresql+psycopg2://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str, *, driver: str = "") -> str:
+        """A plain ``postgresql://`` URL (psycopg 3, what the ``postgres`` extra installs), or one
+        naming ``driver`` (``psycopg2``)."""
+        scheme = f"postgresql+{driver}" if driver else "postgresql"
+        return f"{scheme}://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
     def create_database(self, name: str | None = None) -> str:
-        """A new empty database; returns its SQLAlchemy URL."""
-        import psycopg2
+        """A new empty database; returns its plain SQLAlchemy URL."""
+        import psycopg
 
         name = name or "t_" + uuid.uuid4().hex[:12]
-        conn = psycopg2.connect(host="127.0.0.1", port=self.port, user=SUPERUSER, dbname="postgres")
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            conn.close()
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user=SUPERUSER, dbname="postgres", autocommit=True
+        ) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
     def stop(self) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy import event
 from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
 
 TEST_TRAINER = "yaml-test"
 
@@ -74,15 +74,7 @@ class YamlTestAdapter(TrainerAdapter):
         out["gradient_accumulation_steps"] = doc.get("optimization.gradient_accumulation_steps")
         return out
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
         raise NotImplementedError("reports never render trials")
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:

@@ -10,6 +10,7 @@ import pytest
 from autotune.core.strategy import Observation
 from scripts import bench_strategies as bs
 from scripts import bench_sweep as bench
+from scripts import bench_sweep_report as bench_report
 from tests.fakes.landscape import Landscape, generate, suite
 
 LANDS = suite(20)
@@ -140,7 +141,7 @@ def test_the_bench_runs_in_process_and_prints_the_table(
 def test_a_missed_target_fails_the_bench(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(bench, "TARGET_GPU_RATIO", 0.01)  # no search can spend 1 % of the grid
+    monkeypatch.setattr(bench_report, "TARGET_GPU_RATIO", 0.01)  # no search can spend 1 % of the grid
     assert bench.main(["--mode", "fast", "--landscapes", "2", "--strategies", "ours,grid"]) == 1
     assert "TARGET MISSED: ours used" in capsys.readouterr().out
 
@@ -183,7 +184,7 @@ def test_ours_runs_at_most_two_trials_where_nothing_fits() -> None:
     assert nothing
     for land in nothing:
         run = bench.run_fast(land, "ours", bench.factory("ours"))
-        assert run.trials <= bench.TARGET_NOFIT_TRIALS, land.name
+        assert run.trials <= bench_report.TARGET_NOFIT_TRIALS, land.name
 
 
 @pytest.mark.process

@@ -410,3 +410,81 @@ def test_a_read_only_study_folder_is_a_clear_error_and_the_study_intact(tmp_path
     again = _run(_argv(workdir, SOAK, "--max-trials", "4"), tmp_path)
     assert again.returncode == 0, again.stderr
     assert sum(t["state"] == "COMPLETE" for t in _trials(db)) == 4
+
+
+@pytest.mark.process
+def test_a_full_disk_under_the_database_is_a_clear_error_the_study_intact_and_resumable(
+    tmp_path: Path,
+) -> None:
+    """The whole workdir on a tiny disk: the trial's log fills it, and then the database cannot
+    record the trial either. Exit 1 naming the disk and that the study is intact (not "internal
+    error: OperationalError ... disk is full"); ``status`` says the run stopped unrecorded; once
+    there is room the same command resumes and runs that trial again."""
+    workdir = tmp_path / "runs"
+    env = _env(SOAK_PRINT_KB="150")
+    with small_tmpfs(workdir, 900) as mounted:
+        if not mounted:
+            pytest.skip("no tmpfs here (needs root with mount rights)")
+        argv = _argv(workdir, SOAK, "--max-trials", "6")
+        run = _run(argv, tmp_path, env=env)
+        assert run.returncode == 1, run.stderr
+        err = run.stderr
+        assert "Traceback" not in err and "internal error" not in err, err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("error: ") and "full" in last and "intact" in last, err
+        assert str(workdir / "studies.db") in last and "run the same command again" in last, err
+        db = workdir / "studies.db"
+        assert _integrity(db) == "ok"
+        status = _run([sys.executable, "-m", "autotune", "status", "--workdir", str(workdir)], tmp_path)
+        assert status.returncode == 0, status.stderr
+        assert "last run stopped: before it finished" in status.stdout, status.stdout
+        done_before = sum(t["state"] == "COMPLETE" for t in _trials(db))
+        assert done_before >= 1
+
+        assert grow_tmpfs(workdir, 64 * 1024)
+        again = _run(argv, tmp_path, env=env)
+        assert again.returncode == 0, again.stderr
+        trials = _trials(db)
+        assert all(t["state"] in ("COMPLETE", "FAIL") for t in trials)
+        assert sum(t["state"] == "COMPLETE" for t in trials) > done_before
+        status = _run([sys.executable, "-m", "autotune", "status", "--workdir", str(workdir)], tmp_path)
+        assert "last run stopped: max-trials (6) reached" in status.stdout, status.stdout
+
+
+@pytest.mark.process
+def test_a_workdir_that_is_a_file_is_a_usage_error_with_the_fix(tmp_path: Path) -> None:
+    workdir = tmp_path / "runs"
+    workdir.write_text("not a folder\n")
+    run = _run(_argv(workdir, SOAK, "--max-trials", "1"), tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and "internal error" not in run.stderr, run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: --workdir") and str(workdir) in line and "not a folder" in line, line
+    assert workdir.read_text() == "not a folder\n"
+
+
+@pytest.mark.process
+def test_a_study_database_put_back_from_before_is_refused_not_silently_resumed(tmp_path: Path) -> None:
+    """Old database files put back by hand (a stale journal or backup): the study holds fewer
+    trials than the sweep recorded, so the resume refuses, names the mark file and the way on."""
+    workdir = tmp_path / "runs"
+    db = workdir / "studies.db"
+    assert _run(_argv(workdir, SOAK, "--max-trials", "2"), tmp_path).returncode == 0
+    old = {p.name: p.read_bytes() for p in workdir.iterdir() if p.name.startswith("studies.db")}
+    assert _run(_argv(workdir, SOAK, "--max-trials", "4"), tmp_path).returncode == 0
+    assert len(_trials(db)) == 4
+    for p in workdir.iterdir():
+        if p.name.startswith("studies.db"):
+            p.unlink()
+    for name, data in old.items():
+        (workdir / name).write_bytes(data)
+    restored = _sha(db)
+    run = _run(_argv(workdir, SOAK, "--max-trials", "4"), tmp_path)
+    assert run.returncode == 1, run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert "rolled back" in line and "holds 2 trials" in line and ".study-generation.json" in line, run.stderr
+    assert _sha(db) == restored and len(_trials(db)) == 2  # refused before writing anything
+    (workdir / STUDY / ".study-generation.json").unlink()  # accept the database as it is
+    again = _run(_argv(workdir, SOAK, "--max-trials", "4"), tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert len(_trials(db)) == 4

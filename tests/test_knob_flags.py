@@ -429,7 +429,7 @@ def test_bad_flag_knobs_say_how(spec: str, match: str) -> None:
 
 
 def test_a_flag_knob_renders_as_the_flag_or_nothing(tmp_path: Path) -> None:
-    from autotune.report.winning import _option_value
+    from autotune.store.settings import read_settings
 
     plan = _plan(
         tmp_path,
@@ -449,7 +449,7 @@ def test_a_flag_knob_renders_as_the_flag_or_nothing(tmp_path: Path) -> None:
         ["train", "--bs", "2", "--steps", "3"],
     ]
     # the report's launch command, from the adapter rebuilt out of the stored settings
-    options = {k: _option_value(v) for k, v in plan.settings["trainer_options"].items()}
+    options = read_settings(plan.settings)["trainer_options"]
     adapter = get_adapter("command", **options)
     command = adapter.training_command(tmp_path / "c.yaml", params={"batch_size": 2, "ckpt": False}, steps=10)
     assert command.endswith("train --bs 2 --steps 10")

@@ -173,6 +173,7 @@ def test_the_sweep_never_picks_a_config_whose_validation_would_not_fit(tmp_path:
         if t.params.get("batch_size") == 4 and t.user_attrs.get("outcome") == "ok":
             assert t.user_attrs["measured_peak_vram_gb"] == pytest.approx(_validation_gb(4), abs=0.01)
             assert t.user_attrs["fits"] is False
+            assert t.user_attrs["peak_phase"] == "validation"  # recorded when judged: the report reads it
     report = (tmp_path / "runs" / "ltx2-plan" / "report.md").read_text()
     assert "## Memory phases" in report
     assert "peak set by validation (training 68.00, validation 78.20" in report

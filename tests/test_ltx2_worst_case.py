@@ -164,6 +164,7 @@ def test_a_trial_trains_on_the_largest_bucket_only(tmp_path: Path) -> None:
 def test_the_report_names_the_bucket_judged_and_the_phase(tmp_path: Path) -> None:
     from autotune.report.model import TrialRow
     from autotune.report.phases import phase_lines
+    from autotune.sweep.measure import memory_note
 
     folder = tmp_path / "trial-0003"
     folder.mkdir()
@@ -178,10 +179,16 @@ def test_the_report_names_the_bucket_judged_and_the_phase(tmp_path: Path) -> Non
     events = [{"event": "step", "step": n, "max_memory_reserved_gb": 30.0 + n, "pid": 7} for n in (1, 2, 3)]
     events.append({"event": "exit", "steps": 3, "max_memory_reserved_gb": 33.0, "pid": 7})
     (folder / "hook.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    row = TrialRow(number=3, state="complete", params={}, changed={}, outcome="ok")
-    lines = phase_lines([row], lambda r: folder)
+    judged = memory_note(folder)  # recorded on the trial when it is judged; the report reads that
+    assert judged["peak_phase"] == "validation"
+    row = TrialRow(
+        number=3, state="complete", params={}, changed={}, outcome="ok", memory_note=judged["memory_note"]
+    )
+    lines = phase_lines([row])
     assert lines == [
         "Trial 3: peak set by validation (training 32.00, validation 33.00, save 33.00 GiB reserved); "
         "trained on latent bucket 13x16x28 (frames x height x width, the largest of 2)."
     ]
-    assert phase_lines([row], lambda r: tmp_path / "nothing-here") == []
+    nothing = memory_note(tmp_path / "nothing-here")
+    assert nothing == {}
+    assert phase_lines([TrialRow(number=3, state="complete", params={}, changed={}, outcome="ok")]) == []

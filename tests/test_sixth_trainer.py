@@ -33,7 +33,7 @@ from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import UsageError
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
 from autotune.trainers.kit.common import (
     check_params, effective_batch_of, hook_option, read_trial_record, take_options,
 )
@@ -72,13 +72,12 @@ class SixthAdapter(TrainerAdapter):
         doc.set_many(edits | ({STEPS: steps} if steps is not None else {}))
         return doc.dump()
 
-    def write_trial(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int, steps: int,
-                    trial_dir: Path) -> TrialLaunch:
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        config = trial_dir / "config.yaml"
-        config.write_text(self._text(baseline, params, gradient_accumulation_steps, steps), encoding="utf-8")
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        config = run.trial_dir / "config.yaml"
+        config.write_text(self._text(baseline, params, run.gradient_accumulation_steps, run.steps), encoding="utf-8")
         batch = int(params.get("batch_size", self.baseline_params(baseline)["batch_size"]))
-        return TrialLaunch(argv=(sys.executable, str(HERE / "train.py"), str(config)), cwd=trial_dir, batch_size=batch)
+        return TrialLaunch(argv=(sys.executable, str(HERE / "train.py"), str(config)), cwd=run.trial_dir, batch_size=batch)
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
         text = read_output(trial_dir, output)

@@ -185,31 +185,51 @@ class SpeedBounds:
                 measured[grid.family(c)][grid.batch(c)] = p
         if len(measured) < 2:
             return
-        ratios: dict[Candidate, list[tuple[Candidate, float]]] = defaultdict(list)
+        # Each point widened once (not once per pair of families: the pairs grow with the square
+        # of the families measured): its high and low end, the same floats the ratio divides.
+        mn = self.min_noise
+        hi: dict[Candidate, dict[int, float]] = {}
+        lo: dict[Candidate, dict[int, float]] = {}
         for fam, pts in measured.items():
             if grid.offloads(fam):
                 continue
-            for ref, ref_pts in measured.items():
-                if ref == fam or grid.offloads(ref):
+            hi[fam] = {b: p.samples_per_s * (1 + margin(p, mn)) for b, p in pts.items()}
+            lo[fam] = {b: p.samples_per_s * (1 - margin(p, mn)) for b, p in pts.items()}
+        # Ratios bound only a family's unmeasured candidates: none for a family measured whole.
+        open_families = {grid.family(c) for c in grid.candidates if c not in k.points}
+        ratios: dict[Candidate, list[tuple[Candidate, float]]] = defaultdict(list)
+        for fam, fam_hi in hi.items():
+            if fam not in open_families:
+                continue
+            for ref, ref_lo in lo.items():
+                if ref == fam:
                     continue
-                common = [
-                    (pts[b].samples_per_s * (1 + margin(pts[b], self.min_noise)))
-                    / (ref_pts[b].samples_per_s * (1 - margin(ref_pts[b], self.min_noise)))
-                    for b in pts.keys() & ref_pts.keys()
-                ]
+                common = [fam_hi[b] / ref_lo[b] for b in fam_hi.keys() & ref_lo.keys()]
                 if common:
                     ratios[fam].append((ref, min(common) * (1 + LEARNED_DRIFT)))
         if not ratios:
             return
         base = dict(ub)  # bound by the other family's own bound, not one already learned (no cycles)
+        refs = {ref for pairs in ratios.values() for ref, _ in pairs}
+        at: dict[tuple[Candidate, int], float] = {}  # (ref family, batch) -> its own bound there
+        for ref in refs:
+            for b in grid.batches:
+                other = grid.space.with_batch(ref, b)
+                if other in base:
+                    at[ref, b] = base[other]
         for c in grid.candidates:
             if c in k.points:
                 continue
-            fam = grid.family(c)
-            for ref, ratio in ratios.get(fam, []):
-                other = grid.space.with_batch(ref, grid.batch(c))
-                if other in base:
-                    ub[c] = min(ub[c], base[other] * ratio)
+            fam_ratios = ratios.get(grid.family(c))
+            if not fam_ratios:
+                continue
+            b = grid.batch(c)
+            bound = ub[c]
+            for ref, ratio in fam_ratios:
+                other_ub = at.get((ref, b))
+                if other_ub is not None:
+                    bound = min(bound, other_ub * ratio)
+            ub[c] = bound
 
     def _neighbours(self) -> dict[Candidate, list[tuple[Candidate, float]]]:
         """Each candidate's bounding neighbours: (other, max ratio of its samples/s to other's)."""

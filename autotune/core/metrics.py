@@ -50,11 +50,21 @@ class TrialMetrics:
 
     @property
     def measured(self) -> bool:
-        """True when there is a speed to rank the trial by."""
-        return self.samples_per_s is not None or self.step_time_s is not None
+        """True when there is a speed to rank the trial by: a positive, finite samples/s or step time."""
+        return any(
+            isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+            for v in (self.samples_per_s, self.step_time_s)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def effective_batch(batch_size: int, gradient_accumulation_steps: int, data_parallel: int) -> int:
+    """The samples one optimizer step trains: the per-GPU batch x accumulation x the model copies
+    training side by side (the adapter's ``data_parallel``, not every GPU: pipeline stages share
+    one batch). Computed here only; a trial records it and everyone else reads that."""
+    return max(1, int(batch_size)) * max(1, int(gradient_accumulation_steps)) * max(1, int(data_parallel))
 
 
 #: Fields that travel with ``step_time_s`` in a merge: they describe the same series of steps.

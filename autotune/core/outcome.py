@@ -208,9 +208,16 @@ def explain(
         return OutcomeReason(Outcome.CRASH, f"crashed with {how}" + (f": {last}" if last else ""))
     if returncode is None:
         return OutcomeReason(Outcome.CRASH, "the trial's exit status is unknown")
+    return unranked(metrics) or OutcomeReason(Outcome.OK, "finished")
+
+
+def unranked(metrics: TrialMetrics | None) -> OutcomeReason | None:
+    """A run that ended ok with no speed to rank it by (``TrialMetrics.measured``) is a crash: the
+    one rule, asked by ``explain`` and by the verdict's attrs; ``None`` when it has a speed (or when
+    no metrics were given: ``explain`` on the output alone)."""
     if metrics is not None and not metrics.measured:
-        return OutcomeReason(Outcome.CRASH, "exited 0 but no step time or samples/s could be read from it")
-    return OutcomeReason(Outcome.OK, "finished")
+        return OutcomeReason(Outcome.CRASH, "finished but no step time or samples/s could be read")
+    return None
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,8 @@ KEYS: dict[str, str] = {
     "timed_by": "whose step times decided samples/s: hook (ours, every optimizer step) or trainer",
     "peak_disagrees": "true when the trainer's peak exceeds ours by more than 10 %",
     "headroom_gb": "card size minus the judged peak",
+    "peak_phase": "the phase whose memory set the hook's peak: training, validation or save",
+    "memory_note": "the report's memory-phase line: the phase that set the peak, the data bucket trained",
     "fits": "whether the judged peak is within the headroom line (and the host RAM peak within the host line)",
     "host_fits": "whether the host RAM peak is within the host line (--host-ram-gb less the headroom)",
     "oom_tried_gb": "what the failed allocation asked for",
@@ -257,6 +259,12 @@ class TrialRecord:
     @property
     def peak_vram_gb(self) -> float | None:
         return _number(self.attrs.get("peak_vram_gb"))
+
+    @property
+    def memory_note(self) -> str | None:
+        """What set its memory peak and on which data (recorded when judged); ``None``: nothing known."""
+        value = self.attrs.get("memory_note")
+        return value if isinstance(value, str) and value else None
 
     @property
     def fits(self) -> bool | None:

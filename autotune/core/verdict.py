@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from autotune.core.metrics import Readings, TrialMetrics, merge_metrics
-from autotune.core.outcome import OomDetails, Outcome
+from autotune.core.outcome import OomDetails, Outcome, unranked
 from autotune.core.record import TrialRecord
 from autotune.core.space import fidelity_score
 from autotune.core.timing import too_short_text
@@ -209,17 +209,13 @@ def measured_attrs(
         attrs.update(TrialRecord.attrs_of(timed_by=metrics.timed_by))
     if peak_disagreement(metrics.trainer_peak_vram_gb, metrics.measured_peak_vram_gb):
         attrs.update(TrialRecord.attrs_of(peak_disagrees=True))
-    if outcome == Outcome.OK and sps is None:
-        attrs.update(
-            TrialRecord.attrs_of(
-                outcome=Outcome.CRASH.value, reason="finished but no step time or samples/s could be read"
-            )
-        )
+    if outcome == Outcome.OK and (unmeasured := unranked(metrics)) is not None:
+        attrs.update(TrialRecord.attrs_of(outcome=unmeasured.outcome.value, reason=unmeasured.reason))
     for key, count in (("steps_run", metrics.steps_run), ("steady_steps", metrics.steady_steps)):
         if isinstance(count, int) and count >= 0:
             attrs[key] = count
     if (
-        outcome == Outcome.OK
+        attrs["outcome"] == Outcome.OK.value  # not one the nothing-measured rule made a crash
         and sps is not None
         and metrics.steady_steps is not None
         and (short := too_short_text(metrics.steady_steps, metrics.steps_run)) is not None
@@ -368,8 +364,16 @@ def judge(
     if run.wall_s is not None:
         attrs.update(TrialRecord.attrs_of(wall_s=round(run.wall_s, 3)))
     record = TrialRecord(-1, attrs=attrs)
-    value = record.samples_per_s if record.is_ok else None
-    return Judgement(Outcome(str(record.outcome)), str(record.reason), metrics, attrs, value)
+    return Judgement(Outcome(str(record.outcome)), str(record.reason), metrics, attrs, study_value(attrs))
+
+
+def study_value(attrs: Mapping[str, Any]) -> float | None:
+    """The study value of a trial finished with ``attrs``: its samples/s when it ran ok and was
+    measured (COMPLETE), else ``None`` (FAIL). Every finished trial's state is decided here: one
+    judged now, one that reuses an earlier twin's result, one that never ran."""
+    record = TrialRecord(-1, attrs=attrs)
+    sps = record.samples_per_s
+    return sps if record.is_ok and sps is not None and math.isfinite(sps) and sps > 0 else None
 
 
 def record_fits(record: TrialRecord, limit_gb: float | None) -> bool | None:

@@ -17,10 +17,7 @@ outcome), so 100 MB of output neither deadlocks the pipes nor grows autotune.
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
 import os
-import re
 import selectors
 import signal as _signal
 import subprocess
@@ -30,16 +27,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NoReturn
 
 import psutil
 
-from autotune.core.outcome import ANY_OOM_SOURCE, FAILURE_LINE_SOURCE, NOTABLE_KEYWORDS, NOTABLE_SOURCE
-from autotune.errors import LaunchError, TrialDirRefused, TrialOutputError
+from autotune.errors import LaunchError
 from autotune.execution import hookseal
 from autotune.execution.cgroup import TrialCgroup
-from autotune.execution.launch import LaunchSpec, redacted_env
+from autotune.execution.launch import LaunchSpec
 from autotune.execution.monitor import ResourceMonitor
+from autotune.execution.output import TAIL_BYTES, Stream, TrialOutput
 from autotune.execution.proctree import (
     MARK_VAR,
     ProcessRecord,
@@ -48,10 +44,8 @@ from autotune.execution.proctree import (
     spawning,
     write_process_file,
 )
+from autotune.execution.trialdir import make_trial_dir, output_error, refuse_dir, write_launch_files
 
-TAIL_BYTES = 256 * 1024  # kept in memory for classification
-NOTABLE_LINES = 40  # outcome-deciding lines kept even when they scroll out of the tail
-READ_CHUNK = 64 * 1024  # one pipe buffer
 POLL_S = 0.05  # how quickly limits and the stop event are noticed
 TREE_REFRESH_S = 0.25  # how often the process tree is walked for new descendants (one /proc pass)
 OOM_KILL_GRACE_S = 2.0  # after an OOM the trainer already had oom_grace_s to exit on its own
@@ -59,9 +53,8 @@ LEFTOVER_GRACE_S = 2.0  # for descendants still alive after the trainer exited b
 KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for processes to disappear
 DRAIN_S = 2.0  # after every process is gone, how long to wait for the pipes to close
 
-_ANY_OOM = re.compile(ANY_OOM_SOURCE.encode(), re.M)
-_FAILURE_LINE = re.compile(FAILURE_LINE_SOURCE.encode(), re.M)
-_NOTABLE = re.compile(NOTABLE_SOURCE.encode(), re.M)
+
+__all__ = ["TAIL_BYTES", "RunLimits", "RunResult", "make_trial_dir", "output_error", "run_trial"]
 
 
 @dataclass(frozen=True)
@@ -153,112 +146,6 @@ def run_trial(
         raise output_error(exc, trial_dir) from exc
 
 
-def make_trial_dir(trial_dir: Path, root: Path) -> Path:
-    """Create ``trial_dir`` under ``root`` (the resolved workdir), refusing to go through a
-    symbolic link on the way (the study folder, the trial folder): a link planted there would
-    have every log, config and checkpoint of the trial written outside the workdir."""
-    trial_dir, root = Path(trial_dir), Path(root)
-    try:
-        parts = trial_dir.relative_to(root).parts
-    except ValueError:
-        parts = ()
-        _refuse_dir(trial_dir, root, "is not inside")
-    here = root
-    for part in parts:
-        here = here / part
-        if here.is_symlink():
-            _refuse_dir(here, root, "is a symbolic link (to " + os.readlink(here) + "), not a folder in")
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    if not trial_dir.resolve().is_relative_to(root.resolve()):
-        _refuse_dir(trial_dir, root, "leads out of")
-    return trial_dir
-
-
-def _refuse_dir(path: Path, root: Path, why: str) -> NoReturn:
-    raise TrialDirRefused(
-        f"the trial folder {path} {why} the workdir {root}: autotune writes a trial's files only "
-        "inside the workdir. Remove it (or pick another --workdir) and run the same command again",
-        path,
-        None,
-    )
-
-
-def output_error(exc: OSError, trial_dir: Path) -> TrialOutputError:
-    """The ``TrialOutputError`` for an ``OSError`` met while writing ``trial_dir`` (names the file)."""
-    where = Path(exc.filename) if exc.filename else Path(trial_dir)
-    return TrialOutputError(
-        f"cannot write the trial folder {where}: {exc.strerror or exc}; the trial was ended. "
-        "Make room on that disk (or make it writable), or pick another --workdir, then run the "
-        "same command again: the sweep resumes and runs this trial again",
-        where,
-        exc.errno,
-    )
-
-
-class _Stream:
-    def __init__(self, name: str, pipe: IO[bytes], log: IO[bytes]) -> None:
-        self.name = name
-        self.fd = pipe.fileno()
-        self.pipe = pipe
-        self.log = log
-        self.pending = b""  # an incomplete last line, scanned once its end arrives
-        self.open = True
-
-
-class _Output:
-    """What autotune keeps of a trial's output: a bounded tail, the lines that decide its
-    outcome (kept even when they scroll out of the tail) and when an OOM was first printed."""
-
-    def __init__(self, on_output: Callable[[str], None] | None) -> None:
-        self.on_output = on_output
-        self.tail = bytearray()
-        self.total_bytes = 0
-        self.notable: list[bytes] = []
-        self.oom_at: float | None = None
-
-    def keep(self, data: bytes) -> None:
-        """Add what the pipe gave to the tail (trimmed back to ``TAIL_BYTES`` once it doubles)."""
-        self.total_bytes += len(data)
-        self.tail += data
-        if len(self.tail) > 2 * TAIL_BYTES:
-            del self.tail[:-TAIL_BYTES]
-
-    def scan(self, block: bytes, *, now: float) -> None:
-        """Hand whole lines to ``on_output``, keep the notable ones, note the first OOM at ``now``."""
-        if self.on_output is not None:
-            for text in block.decode("utf-8", errors="replace").splitlines():
-                self.on_output(text)
-        if not any(k in block for k in NOTABLE_KEYWORDS):
-            return
-        for m in _NOTABLE.finditer(block):
-            start = block.rfind(b"\n", 0, m.start()) + 1
-            end = block.find(b"\n", m.end())
-            line = block[start : end if end != -1 else len(block)][:1000]
-            if len(self.notable) < NOTABLE_LINES and line not in self.notable:
-                self.notable.append(line)
-        if self.oom_at is None and any(  # only a failure's OOM line arms the OOM kill
-            _FAILURE_LINE.match(block, block.rfind(b"\n", 0, m.start()) + 1) for m in _ANY_OOM.finditer(block)
-        ):
-            self.oom_at = now
-
-    def tail_text(self) -> str:
-        """The tail as text; when output was left out, the notable lines it lost come first."""
-        tail = bytes(self.tail[-TAIL_BYTES:])
-        cut = len(self.tail) > TAIL_BYTES or self.total_bytes > len(self.tail)
-        text = tail.decode("utf-8", errors="replace")
-        if not cut:
-            return text
-        text = text.split("\n", 1)[-1]  # drop a partial first line
-        kept = [ln.decode("utf-8", errors="replace") for ln in self.notable]
-        kept = [ln for ln in kept if ln not in text]
-        head = "".join(f"{ln}\n" for ln in kept)
-        if head:
-            head = "[autotune: lines kept from earlier output]\n" + head
-        return (
-            f"{head}[autotune: earlier output left out; the full logs are stdout.log and stderr.log]\n{text}"
-        )
-
-
 class _Trial:
     """One run of one trial: the files, the process, the select loop, the limits and the ending."""
 
@@ -275,7 +162,7 @@ class _Trial:
         self.spec, self.dir, self.limits, self.monitor = spec, trial_dir, limits, monitor
         self.stop = stop or threading.Event()
         self.on_start = on_start
-        self.output = _Output(on_output)
+        self.output = TrialOutput(on_output)
         self.end_reason: str | None = None
         self.term_at: float | None = None
         self.kill_at: float | None = None
@@ -285,19 +172,11 @@ class _Trial:
     # --- the whole run ---------------------------------------------------------------------------
     def run(self) -> RunResult:
         if self.dir.is_symlink():
-            _refuse_dir(self.dir, self.dir.parent, "is a symbolic link, not a folder in")
+            refuse_dir(self.dir, self.dir.parent, "is a symbolic link, not a folder in")
         self.dir.mkdir(parents=True, exist_ok=True)
         # The caller's mark (the sweep records it on the trial) or a fresh one: the trial's only mark.
         mark = self.spec.env.get(MARK_VAR) or uuid.uuid4().hex
-        (self.dir / "command.sh").write_text(
-            "#!/bin/sh\n# The trial's command as autotune ran it (secrets redacted).\n"
-            + self.spec.shell_command()
-            + "\n",
-            encoding="utf-8",
-        )
-        (self.dir / "env.json").write_text(
-            json.dumps(redacted_env(self.spec.env), indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
+        write_launch_files(self.dir, self.spec)
         stdout_path, stderr_path = self.dir / "stdout.log", self.dir / "stderr.log"
         hook_path = self.spec.env.get(hookseal.HOOK_FILE_VAR)
         hook_key = hookseal.new_key() if hook_path else None  # never written: env.json has spec.env only
@@ -341,7 +220,7 @@ class _Trial:
             record = ProcessRecord(proc.pid, mark, _start_time(proc.pid, default=started_wall))
             write_process_file(self.dir, record)
             assert proc.stdout is not None and proc.stderr is not None
-            streams = [_Stream("stdout", proc.stdout, out_log), _Stream("stderr", proc.stderr, err_log)]
+            streams = [Stream(proc.stdout, out_log, stdout_path), Stream(proc.stderr, err_log, stderr_path)]
             self.monitor.start(tree, self.dir / "memory.csv")
             survivors: list[int] = []
             try:
@@ -389,7 +268,7 @@ class _Trial:
         )
 
     def _loop(
-        self, proc: subprocess.Popen[bytes], tree: ProcessTree, streams: list[_Stream], t0: float
+        self, proc: subprocess.Popen[bytes], tree: ProcessTree, streams: list[Stream], t0: float
     ) -> list[int]:
         sel = selectors.DefaultSelector()
         for s in streams:
@@ -401,9 +280,12 @@ class _Trial:
         try:
             while True:
                 for key, _ in sel.select(timeout=POLL_S):
-                    stream: _Stream = key.data
-                    if not self._pump(stream):
+                    stream: Stream = key.data
+                    arrived = stream.pump(self.output)
+                    if arrived is None:
                         sel.unregister(stream.fd)
+                    else:
+                        self.last_output = arrived
                 now = time.monotonic()
                 if exited_at is None and proc.poll() is None:
                     if now >= next_refresh:
@@ -441,43 +323,6 @@ class _Trial:
                     self.output.scan(s.pending, now=time.monotonic())
                     s.pending = b""
             sel.close()
-
-    # --- output ----------------------------------------------------------------------------------
-    def _pump(self, stream: _Stream) -> bool:
-        """Read what the pipe has; False at end of stream."""
-        try:
-            data = os.read(stream.fd, READ_CHUNK)
-        except OSError:
-            data = b""
-        if not data:
-            stream.open = False
-            if stream.pending:
-                self.output.scan(stream.pending, now=time.monotonic())
-                stream.pending = b""
-            return False
-        now = time.monotonic()
-        self.last_output = now
-        try:
-            view = memoryview(data)
-            while view:  # a raw file may take part of a block
-                written = stream.log.write(view)
-                if not written:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                view = view[written:]
-        except OSError as exc:  # disk full or read-only: name the file; run_trial ends the trial
-            exc.filename = exc.filename or str(self.dir / f"{stream.name}.log")
-            raise
-        self.output.keep(data)
-        block = stream.pending + data
-        cut = block.rfind(b"\n") + 1
-        if cut == 0 and len(block) < READ_CHUNK:
-            stream.pending = block
-            return True
-        if cut == 0:  # a very long line without newline: scan it as it is
-            cut = len(block)
-        stream.pending = block[cut:]
-        self.output.scan(block[:cut], now=now)
-        return True
 
     # --- limits and ending -----------------------------------------------------------------------
     def _check_limits(self, now: float, t0: float) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from autotune.config.schema import check_keys
 from autotune.config.yamlconf import RoundTripConfig, read_config_text
+from autotune.core.metrics import effective_batch
 from autotune.errors import AutotuneError, UnknownTrainerError, UnsupportedCardError, UsageError
 from autotune.execution.launch import check_program
 from autotune.gpu.nvml import Nvml
@@ -83,7 +84,7 @@ class Plan:
     def effective_batch(self) -> int | None:
         if self.batch_size is None or self.gradient_accumulation_steps is None:
             return None
-        return self.batch_size * self.gradient_accumulation_steps * self.num_gpus
+        return effective_batch(self.batch_size, self.gradient_accumulation_steps, self.num_gpus)
 
     @property
     def verbatim(self) -> bool:
@@ -376,7 +377,7 @@ def _batch_and_launch(plan: Plan, rt: RoundTripConfig, adapter: type[TrainerAdap
         1,
     )
     n = plan.num_gpus
-    plan.batch_size, plan.target_effective_batch = bs, bs * ga
+    plan.batch_size, plan.target_effective_batch = bs, effective_batch(bs, ga, 1)
     full = rt.get("model.training_mode") == "full"
     if adapter.traits.single_device and n > 1:
         plan.warnings.append(f"{adapter.traits.label} runs on one device; planning 1 GPU, not {n}")

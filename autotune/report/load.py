@@ -43,6 +43,7 @@ from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
 from autotune.report.winning import adapter_for, add_command
+from autotune.store.optuna_private import read_study_trials
 from autotune.store.settings import settings_of
 from autotune.store.study import card_gb_of
 from autotune.trainers import TrainerAdapter, adapter_class
@@ -120,7 +121,7 @@ def build_report(
     baseline_number = int(baseline_number) if isinstance(baseline_number, int) else None
     fidelity: dict[str, Any] = dict(trainer_fidelity(trainer, knobs))
 
-    trials = study.get_trials(deepcopy=False)
+    trials = read_study_trials(study)
     counts = count_trials(TrialRecord.from_trial(t) for t in trials)
     rows = [row_from_trial(t, base, knobs, baseline_number) for t in trials]
     by_number = {r.number: r for r in rows}
@@ -193,14 +194,10 @@ def build_report(
     if best is not None and isinstance(base_sps, (int, float)) and base_sps > 0:
         report.speedup = round(float(best.get("samples_per_s")) / float(base_sps), 4)
 
-    # Effective batch: the baseline's, from its trial or from its params.
+    # Effective batch: the baseline's as recorded, on its trial or (no baseline trial) on the study.
     base_eff = baseline.get("effective_batch") if baseline is not None else None
-    if base_eff is None and isinstance(base.get("batch_size"), int):
-        base_eff = (
-            base["batch_size"]
-            * int(base.get("gradient_accumulation_steps") or 1)
-            * int(card.get("count") or 1)
-        )
+    if base_eff is None:
+        base_eff = sattrs.get("effective_batch")
     report.baseline_effective_batch = base_eff if isinstance(base_eff, int) else None
     for r in rows:
         eff = r.get("effective_batch")
@@ -223,7 +220,7 @@ def build_report(
                 report.timelines[r.number] = points
 
     report.optuna_judges_fit, report.optuna_best = optuna_best(trials)
-    report.memory_phases = phase_lines(rows, lambda r: _resolve(r.trial_dir, root))
+    report.memory_phases = phase_lines(rows)
     _add_warnings(
         report, beaten, base_eff, validated=validation_ran(rows, lambda r: _resolve(r.trial_dir, root))
     )

@@ -31,6 +31,7 @@ class TrialRow:
     is_baseline: bool = False
     is_best: bool = False
     effective_batch_changed: bool = False
+    memory_note: str | None = None  # the phase that set its peak, the bucket it trained (as recorded)
 
     def get(self, key: str) -> Any:
         """A measured figure by its record key (``autotune.core.record.KEYS``; a typo raises)."""
@@ -176,6 +177,7 @@ def row_from_trial(
         confirm_of=rec.confirm_of,
         remeasure_of=rec.remeasure_of,
         is_baseline=rec.number == baseline_number,
+        memory_note=rec.memory_note,
     )
 
 

@@ -1,8 +1,7 @@
 """Which phase set each trial's peak, and which data bucket was judged (LTX-2 trials).
 
-Read from each trial's folder, never from the study: the trial record ``render`` wrote (the
-optimizer step the validation pass followed, the bucket of the data view) and the hook's events
-(``autotune.trainers.kit.readers.phases``).
+As each trial recorded it when it was judged (``memory_note``, from the hook's events and the
+trial record: ``sweep.measure.memory_note``): the report reads no trial's hook file.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ from pathlib import Path
 
 from autotune.report.model import Report, TrialRow
 from autotune.trainers.kit.common import read_trial_record
-from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME
-from autotune.trainers.kit.readers.phases import read_phase_peaks
 
 #: Replaces the short-run warning when the trials ran the validation pass and the save.
 PHASES_EXERCISED = (
@@ -29,22 +26,9 @@ VALIDATION_SKIPPED = (
 )
 
 
-def phase_lines(rows: Sequence[TrialRow], folder_of: Callable[[TrialRow], Path | None]) -> list[str]:
-    """One line per trial with a hook file or a data view: the phase that set its peak, the bucket."""
-    out = []
-    for row in rows:
-        folder = folder_of(row)
-        if folder is None:
-            continue
-        record = read_trial_record(folder)
-        step = record.get("validation_step")
-        peaks = read_phase_peaks(folder / HOOK_FILE_NAME, step if isinstance(step, int) else None)
-        parts = [peaks.describe()] if peaks.peak_phase else []
-        if isinstance(record.get("data_bucket"), str):
-            parts.append(f"trained on {record['data_bucket']}")
-        if parts:
-            out.append(f"Trial {row.number}: " + "; ".join(parts) + ".")
-    return out
+def phase_lines(rows: Sequence[TrialRow]) -> list[str]:
+    """One line per trial that recorded a memory note: the phase that set its peak, the bucket."""
+    return [f"Trial {row.number}: {row.memory_note}." for row in rows if row.memory_note]
 
 
 def validation_ran(rows: Sequence[TrialRow], folder_of: Callable[[TrialRow], Path | None]) -> bool:

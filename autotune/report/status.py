@@ -28,7 +28,7 @@ from autotune.store.storage import open_storage
 def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> dict[str, Any]:
     """Everything the status view shows, as plain data (``--json`` prints it as is)."""
     url = storage or urls.default_storage_url(workdir or urls.DEFAULT_WORKDIR)
-    s = st.SweepStudy.load(open_storage(url, create=False), study)
+    s = st.SweepStudy.load(open_storage(url, read_only=True), study)
     attrs = s.user_attrs
     settings = settings_of(attrs)
     trials = s.trials()
@@ -68,7 +68,7 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
     report = study_dir / "report.md" if study_dir and (study_dir / "report.md").is_file() else None
     return {
         "study": s.name,
-        "storage": url,
+        "storage": urls.redact_url(url),
         "trainer": settings.get("trainer"),
         "card": _card(settings.get("card"), st.card_gb_of(attrs)),
         "headroom": settings.get("headroom"),
@@ -81,7 +81,7 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
         "spent_s": s.spent_s(now),
         "baseline": _brief(base),
         "best": _brief(best),
-        "stop_reason": attrs.get("stop_reason"),
+        "stop_reason": attrs.get("stop_reason") or _unrecorded_stop(attrs),
         "ruled_out": len(attrs.get("ruled_out") or []),
         "report": str(report) if report else None,
     }
@@ -90,6 +90,18 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
 def _card(card: Any, exact: float | None) -> Any:
     """The settings' card with its exact size (the settings keep 0.01 GB)."""
     return {**card, "vram_gb": exact} if isinstance(card, dict) and exact is not None else card
+
+
+def _unrecorded_stop(attrs: dict[str, Any]) -> str | None:
+    """A run that ended without recording why (killed, or its database write failed, as on a
+    full disk): say so, rather than nothing or an older run's reason."""
+    owner = ProcessIdentity.from_attrs(attrs.get("orchestrator") or {})
+    if "stop_reason" not in attrs or owner is None or owner.alive():
+        return None
+    return (
+        "before it finished, without recording why (it was killed, or could not write the study: "
+        "see its output); run the same command again to resume"
+    )
 
 
 def _limit_gb(attrs: Any) -> float | None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.outcome import Outcome
@@ -24,7 +25,7 @@ from autotune.core.record import TrialRecord
 from autotune.execution.proctree import kill_tree, read_process_file
 from autotune.store.claims import ClaimBook
 from autotune.store.identity import ProcessIdentity
-from autotune.store.optuna_private import study_storage
+from autotune.store.optuna_private import study_storage, write_trial_attrs
 
 if TYPE_CHECKING:
     from autotune.store.study import SweepStudy
@@ -129,8 +130,9 @@ def fail_trial(
     """FAIL a RUNNING trial with ``outcome`` and ``reason``; False when it had finished already."""
     storage = study_storage(study)
     try:
-        for key, value in TrialRecord.attrs_of(outcome=outcome, reason=reason).items():
-            storage.set_trial_user_attr(trial_id, key, value)
+        write_trial_attrs(
+            cast(RDBStorage, storage), trial_id, TrialRecord.attrs_of(outcome=outcome, reason=reason)
+        )
         return bool(storage.set_trial_state_values(trial_id, TrialState.FAIL))
     except UpdateFinishedTrialError:
         return False

@@ -186,3 +186,41 @@ def fast_commits(engine: Engine) -> None:
 
     event.listen(engine, "connect", on_connect)
     engine.dispose()  # connections made before the listener reconnect with it
+
+
+# --- a database this process may not write ------------------------------------------------------------
+
+
+def writable_problem(path: Path) -> str | None:
+    """Why the sweep could not write the study database at ``path`` (its folder must take the
+    WAL journal beside it), or None when it can. ``os.access`` answers for a read-only mount
+    (``EROFS``) even as root, and for permissions otherwise."""
+    folder = path.parent
+    probe = path if path.exists() else folder
+    while not probe.exists():  # a folder still to be made: the first one that exists decides
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        return "it is read-only" if probe == path else f"its folder {probe} is read-only"
+    if path.exists() and not os.access(folder, os.W_OK):
+        return f"its folder {folder} is read-only (SQLite writes its journal beside the file)"
+    return None
+
+
+def read_only_uri(path: Path) -> str:
+    """The SQLite URI a reader opens ``path`` with: ``mode=ro`` (a live sweep may be writing),
+    or ``immutable=1`` where SQLite cannot keep its shared-memory file beside a WAL database (a
+    read-only file or mount: then nothing here writes it either, and ``mode=ro`` fails with
+    "unable to open database file")."""
+    resolved = quote(str(path.resolve()))
+    ro = f"file:{resolved}?mode=ro"
+    if writable_problem(path) is None:
+        return ro
+    try:
+        conn = sqlite3.connect(ro, uri=True, timeout=5)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return ro
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return f"file:{resolved}?immutable=1"

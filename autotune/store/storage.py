@@ -15,11 +15,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from optuna.storages import RDBStorage
 
-from autotune.errors import StorageError, StudyNotFoundError, UsageError
+from autotune.errors import AutotuneError, StorageError, StudyNotFoundError, UsageError
 from autotune.store import postgres
 from autotune.store.optuna_private import engine
 from autotune.store.sqlite import (
@@ -28,8 +27,10 @@ from autotune.store.sqlite import (
     create_sqlite_file,
     enable_wal,
     fast_commits,
+    read_only_uri,
+    writable_problem,
 )
-from autotune.store.urls import check_storage_url, is_sqlite, redact_url, sqlite_path
+from autotune.store.urls import check_storage_url, is_sqlite, missing_driver_advice, redact_url, sqlite_path
 
 
 def open_storage(url: str, *, create: bool = True, read_only: bool = False) -> RDBStorage:
@@ -55,6 +56,13 @@ def open_storage(url: str, *, create: bool = True, read_only: bool = False) -> R
             )
         # Before anything writes (WAL, Optuna's tables): refuse a file that is not ours, untouched.
         check_sqlite_file(path)
+        if create and (problem := writable_problem(path)) is not None:
+            raise UsageError(
+                f"the study database {path} cannot be written: {problem}. 'autotune status' and "
+                "'autotune report' still read it; to run or resume the sweep, make it writable "
+                "(remount read-write, or chmod u+w the file and its folder), or copy the workdir "
+                "somewhere writable and pass --workdir there"
+            )
         if create:  # a reader never writes, not even the journal mode
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,10 +81,7 @@ def open_storage(url: str, *, create: bool = True, read_only: bool = False) -> R
             fast_commits(engine(storage))
         return storage
     except ImportError as exc:
-        raise StorageError(
-            f"the database driver for {redact_url(url)} is not installed ({exc}); "
-            "for PostgreSQL install the 'postgres' extra: pip install 'autotune[postgres]'"
-        ) from None
+        raise StorageError(missing_driver_advice(url, exc)) from None
     except StorageError:
         raise  # ours: it says what and where already
     except Exception as exc:  # sqlalchemy/optuna raise many kinds; all mean the same to a user
@@ -123,12 +128,12 @@ def _open_read_only(url: str) -> RDBStorage:
         db = parsed.database or ""
         if db in ("", ":memory:") or not Path(db).is_file():
             raise StudyNotFoundError(
-                f"no study database at {db or url!r}; run 'autotune sweep' first, or point "
-                "--storage (or --workdir) at the sweep's studies.db"
+                f"no study database at {db or url!r}; run 'autotune sweep' first, or point to the "
+                "right one with --workdir DIR or --storage URL"
             )
         check_sqlite_file(Path(db))  # not SQLite, damaged, another program's, a newer Optuna's
         # SQLite's own read-only mode: even Optuna's start-up bookkeeping cannot write.
-        open_url = f"sqlite:///file:{quote(str(Path(db).resolve()))}?mode=ro&uri=true"
+        open_url = f"sqlite:///{read_only_uri(Path(db))}&uri=true"
         connect_args["timeout"] = 20  # a live sweep may hold the lock for a moment
     elif parsed.get_backend_name().startswith("postgres"):
         connect_args["connect_timeout"] = 20
@@ -144,6 +149,8 @@ def _open_read_only(url: str) -> RDBStorage:
         return new_rdb_storage(
             open_url, {"connect_args": connect_args}, create=False, skip_compatibility_check=True
         )
+    except ImportError as exc:
+        raise StorageError(missing_driver_advice(url, exc)) from None
     except StorageError:
         raise
     except Exception as exc:
@@ -156,3 +163,45 @@ def first_line(exc: BaseException) -> str:
     """An exception as one line: its type and the first line of its message."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+#: What a database says when the disk under it is full (SQLite, PostgreSQL, an OS error).
+_DISK_FULL = ("database or disk is full", "no space left on device", "diskfull", "could not extend file")
+_READ_ONLY = ("attempt to write a readonly database", "read-only file system")
+
+
+def storage_failure(exc: BaseException, url: str) -> AutotuneError | None:
+    """The error to show for a database write that failed under a sweep because of where the
+    database lives (its disk filled up, it became read-only), or None for any other error.
+
+    Why: SQLite's and Optuna's own words ("internal error: OperationalError ... disk is full")
+    say neither that the study is intact nor what to do. The write was rolled back whole, so
+    the study holds everything recorded before it, and the trial that was running is left
+    RUNNING: the resume recognises it and runs it again.
+    """
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in seen and len(seen) < 10:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    text = " | ".join(f"{type(x).__name__}: {x}" for x in seen).lower()
+    path = sqlite_path(url)
+    where = (
+        f"the disk holding the study database {path}"
+        if path
+        else f"the database server's disk ({redact_url(url)})"
+    )
+    if any(m in text for m in _DISK_FULL) or any(getattr(x, "errno", None) == 28 for x in seen):
+        return StorageError(
+            f"{where} is full: the last write was rolled back, so the study is intact up to the trial "
+            "that was running (it was not recorded). Free some space there, then run the same command "
+            "again to resume: that trial runs again"
+        )
+    if any(m in text for m in _READ_ONLY):
+        db = str(path) if path else redact_url(url)
+        return StorageError(
+            f"the study database {db} became read-only while the sweep ran: the study is intact up to "
+            "the trial that was running. Make it writable again (remount read-write), then run the same "
+            "command again to resume"
+        )
+    return None

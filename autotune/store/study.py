@@ -11,7 +11,9 @@ opened by ``autotune.store.storage``.
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
+import math
 import re
 import time
 import warnings
@@ -29,8 +31,8 @@ from autotune.core import verdict
 from autotune.core.record import TrialCounts, TrialRecord, count_trials
 from autotune.core.space import Knob, to_study_value
 from autotune.errors import StorageError, StudyMismatchError, UsageError
+from autotune.store import generation, recovery
 from autotune.store import optuna_private as op
-from autotune.store import recovery
 from autotune.store.identity import ProcessIdentity
 from autotune.store.recovery import Recovered
 from autotune.store.settings import UPDATED_ON_RESUME, settings_diff
@@ -139,10 +141,15 @@ class SweepStudy:
         self.study = study
         self.name = study.study_name
         self._study_id = storage.get_study_id_from_name(study.study_name)
-        # Trials as last read; every write of ours drops it, so it is never older than our last
-        # write (other writers' trials show up at our next write or ``refresh``).
+        # Trials as last read, in trial-id order; each write of ours puts its trial back as written.
+        # Other writers' trials show up after ``refresh`` (``_catch_up``: only what may have changed).
         self._trials: list[FrozenTrial] | None = None
-        self._read_at = 0.0  # time.monotonic() of the last full read
+        self._index: dict[int, int] = {}  # trial id -> position in ``_trials``
+        self._read_upto = -1  # the highest trial id a read of the study returned
+        #: Where the sweep keeps its count of what it recorded (``autotune.store.generation``).
+        self.mark_folder: Path | None = None
+        self._stale = False
+        self._read_at = 0.0  # time.monotonic() of the last look
 
     # opening
 
@@ -216,7 +223,7 @@ class SweepStudy:
         line = self.fit_line()
         for t in missing:
             op.set_trial_constraints(self.storage, op.trial_id(t), [self.fit_constraint(t.user_attrs, line)])
-        self.refresh()
+        self._trials = None  # finished trials changed: read them all again (once, on resume)
         return len(missing)
 
     @classmethod
@@ -253,41 +260,77 @@ class SweepStudy:
         self.storage.set_study_user_attr(self._study_id, key, value)
 
     def refresh(self) -> None:
-        """Read every trial again at the next look (other writers' trials, after a resume)."""
-        self._trials = None
+        """Look for other writers' changes at the next look: trials added since, and the ones
+        that were unfinished (a finished trial never changes, so it is never read again)."""
+        self._stale = True
 
     def refresh_if_changed(self, max_age_s: float = 10.0) -> None:
-        """``refresh`` when another writer added trials (one COUNT query), or the last full read
-        is older than ``max_age_s`` (another worker may have finished one of its trials)."""
-        if self._trials is None:
+        """``refresh`` when another writer added trials (one COUNT query), or the last look is
+        older than ``max_age_s`` (another worker may have finished one of its trials)."""
+        if self._trials is None or self._stale:
             return
         if time.monotonic() - self._read_at > max_age_s or (
-            self.storage.get_n_trials(self._study_id) != len(self._trials)
+            op.count_trials(self.storage, self._study_id) != len(self._trials)
         ):
-            self._trials = None
+            self._stale = True
+
+    def _put(self, trial: FrozenTrial) -> None:
+        """One trial into the cache (replacing the copy of it there), in trial-id order."""
+        assert self._trials is not None
+        tid = op.trial_id(trial)
+        at = self._index.get(tid)
+        if at is not None:
+            self._trials[at] = trial
+        else:
+            self._index[tid] = len(self._trials)
+            self._trials.append(trial)
+            if len(self._trials) > 1 and op.trial_id(self._trials[-2]) > tid:  # out of order: rare
+                self._trials.sort(key=op.trial_id)
+                self._index = {op.trial_id(t): i for i, t in enumerate(self._trials)}
 
     def _reread(self, trial_id: int, fresh: FrozenTrial | None = None) -> None:
-        """Our own write changed one trial: read only that one back into the cache.
+        """Our own write changed one trial: put only that one back into the cache.
 
         Re-reading every trial after each of the dozen writes per trial made a sweep's own
         bookkeeping grow with its length (O(n) per trial: 0.6 s per trial at 200 trials).
-        Other writers' trials show up at the next ``refresh`` (the sweep refreshes once per
-        candidate it picks).
         """
         if self._trials is None:
             return
-        trial = fresh if fresh is not None else self.storage.get_trial(trial_id)
-        for i, t in enumerate(self._trials):
-            if op.trial_id(t) == trial_id:
-                self._trials[i] = trial
-                return
-        self._trials.append(trial)
+        self._put(fresh if fresh is not None else self.storage.get_trial(trial_id))
+
+    def _catch_up(self) -> None:
+        """Read what may have changed since the last look: the unfinished trials and the new ones.
+
+        "New" is above the highest id the last read saw (not our own newest trial: other
+        writers may have added trials below it meanwhile). A trial committed late under a lower
+        id than one already seen (PostgreSQL hands ids out before commit) is caught by the count:
+        when the cache holds fewer trials than the study, everything is read once more.
+        """
+        assert self._trials is not None
+        after = self._read_upto
+        changed = {op.trial_id(t) for t in self._trials if not t.state.is_finished()}
+        for t in op.read_trials_since(self.storage, self._study_id, changed, after):
+            self._put(t)
+            self._read_upto = max(self._read_upto, op.trial_id(t))
+        if len(self._trials) != op.count_trials(self.storage, self._study_id):
+            self._read_all()
+        self._stale = False
+        self._read_at = time.monotonic()
+
+    def _read_all(self) -> None:
+        self._trials = op.read_trials(self.storage, self._study_id)
+        self._index = {op.trial_id(t): i for i, t in enumerate(self._trials)}
+        self._read_upto = op.trial_id(self._trials[-1]) if self._trials else -1
+        self._stale = False
+        self._read_at = time.monotonic()
 
     def trials(self, states: Iterable[TrialState] | None = None) -> list[FrozenTrial]:
         if self._trials is None:
-            self._trials = list(self.storage.get_all_trials(self._study_id, deepcopy=False))
-            self._read_at = time.monotonic()
+            self._read_all()
+        elif self._stale:
+            self._catch_up()
         trials = self._trials
+        assert trials is not None
         if states is None:
             return list(trials)
         wanted = tuple(states)
@@ -342,19 +385,35 @@ class SweepStudy:
 
     def set_trial_attrs(self, trial: FrozenTrial, attrs: Mapping[str, Any]) -> None:
         """Set several user attrs of a running trial in one transaction (one commit, all or none)."""
-        op.set_trial_user_attrs(self.storage, op.trial_id(trial), attrs)
-        self._reread(op.trial_id(trial))
+        tid = op.trial_id(trial)
+        op.write_trial_attrs(self.storage, tid, attrs)
+        at = self._index.get(tid) if self._trials is not None else None
+        if at is None or self._trials is None:
+            self._reread(tid)
+            return
+        cached = copy.copy(self._trials[at])  # as written: no need to read it back
+        cached.user_attrs = {**cached.user_attrs, **attrs}
+        self._trials[at] = cached
 
     def finish_trial(self, trial: FrozenTrial, attrs: Mapping[str, Any], value: float | None) -> FrozenTrial:
-        """Write the trial's user attrs and its fit constraint, then COMPLETE with ``value`` or FAIL
-        when it is ``None`` (``verdict.judge`` decides the value: set only for a measured ok run)."""
-        op.set_trial_user_attrs(self.storage, op.trial_id(trial), attrs)
-        op.set_trial_constraints(self.storage, op.trial_id(trial), [self.fit_constraint(attrs)])
-        if value is not None:
-            finished = self.study.tell(trial.number, value, state=TrialState.COMPLETE)
-        else:
-            finished = self.study.tell(trial.number, state=TrialState.FAIL)
-        self._reread(op.trial_id(trial))
+        """Write the trial's user attrs and its fit constraint (one transaction), then COMPLETE with
+        ``value`` or FAIL when it is ``None`` (``verdict.judge`` decides the value: set only for a
+        measured ok run; a non-finite one fails, as ``Study.tell`` fails it), and read it back."""
+        tid = op.trial_id(trial)
+        op.write_trial_attrs(
+            self.storage, tid, attrs, {op.CONSTRAINTS_KEY: [float(self.fit_constraint(attrs))]}
+        )
+        ok = value is not None and math.isfinite(value)
+        if not self.storage.set_trial_state_values(
+            tid,
+            TrialState.COMPLETE if ok else TrialState.FAIL,
+            [float(value)] if ok and value is not None else None,
+        ):
+            raise StorageError(f"trial {trial.number} of study {self.name!r} could not be finished")
+        finished = self.storage.get_trial(tid)
+        self._reread(tid, finished)
+        if self.mark_folder is not None and self._trials is not None:
+            generation.write_mark(self.mark_folder, generation.of_trials(self._trials))
         return finished
 
     # resume

@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import Candidate
+from autotune.core.verdict import study_value
 from autotune.errors import CandidateRefused, ConfigError, SweepInterrupted, TrialOutputError
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.proctree import MARK_VAR, ProcessRecord
@@ -131,7 +132,7 @@ class TrialExecutor:
                 TrialRecord.attrs_of(outcome=Outcome.CONFIG_ERROR.value, reason=one_line(str(exc)))
             )
             self.progress.trial_finished(trial.number, f"config_error: {one_line(str(exc))}")
-            return handle.finish(attrs_end, None)
+            return self._finish(handle, attrs_end)
         except BaseException as exc:  # the trainer not found, say: no trial may stay RUNNING
             self._stop_and_raise(handle, attrs_end, exc)
         digest = launch_digest(spec, trial_dir)
@@ -141,7 +142,7 @@ class TrialExecutor:
         if twin is not None:  # the very command ran already: never twice in one study
             attrs_end.update(reused_attrs(twin))
             self.progress.trial_finished(trial.number, one_line(str(attrs_end["reason"])))
-            return handle.finish(attrs_end, twin.value if twin.state == TrialState.COMPLETE else None)
+            return self._finish(handle, attrs_end)
         # Written with the pid when the process starts (one write): a resume needs both together.
         launched = TrialRecord.attrs_of(
             command=attrs_end["command"], trial_dir=str(trial_dir), launch_digest=digest
@@ -163,7 +164,7 @@ class TrialExecutor:
                 )
             )
             self.progress.trial_finished(trial.number, f"crash: {attrs_end['reason']}")
-            handle.finish(attrs_end, None)
+            self._finish(handle, attrs_end)
             raise error
         assert result is not None
         if result.hook_lines_rejected:
@@ -188,8 +189,7 @@ class TrialExecutor:
             steps=steps or plan.steps,
         )
         attrs_end.update(judged.attrs)
-        value = judged.value
-        finished = handle.finish(attrs_end, value)
+        finished = self._finish(handle, attrs_end)
         self.progress.trial_finished(trial.number, summary({**dict(trial.user_attrs), **attrs_end}))
         if (no_peak := first_without_peak(study, trial.number, attrs_end)) is not None:
             self.progress.line(no_peak)
@@ -206,8 +206,13 @@ class TrialExecutor:
         reason = one_line(str(exc)) or type(exc).__name__
         attrs_end.update(TrialRecord.attrs_of(outcome=Outcome.INTERRUPTED.value, reason=reason))
         self.progress.trial_finished(handle.trial.number, f"interrupted: {attrs_end['reason']}")
-        handle.finish(attrs_end, None)
+        self._finish(handle, attrs_end)
         raise exc
+
+    @staticmethod
+    def _finish(handle: TrialHandle, attrs: Mapping[str, Any]) -> FrozenTrial:
+        """The trial's last write: its attrs and the state the verdict gives them (``study_value``)."""
+        return handle.finish(attrs, study_value(attrs))
 
     def _run_watched(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,10 @@ from autotune.core.units import format_gb
 from autotune.core.verdict import Judgement, RunEnd, judge
 from autotune.execution.runner import RunResult
 from autotune.trainers.base import TrainerAdapter
+from autotune.trainers.kit.common import read_trial_record
 from autotune.trainers.kit.output import read_output
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME
+from autotune.trainers.kit.readers.phases import read_phase_peaks
 
 
 def measure(
@@ -70,6 +74,7 @@ def measure(
         trainer_card_is_the_trials=trainer_card_is_the_trials,
         host_ram_gb=host_ram_gb,
     )
+    verdict = replace(verdict, attrs={**verdict.attrs, **memory_note(trial_dir)})
     record = {
         **metrics.to_dict(),
         **verdict.attrs,
@@ -82,6 +87,22 @@ def measure(
             json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
         )
     return verdict
+
+
+def memory_note(trial_dir: Path) -> dict[str, Any]:
+    """The trial's ``peak_phase`` and ``memory_note`` (the report's memory-phase line): the phase
+    that set the hook's peak (``readers.phases``, the validation step from the trial record) and the
+    data bucket it trained; empty when neither is known. Read once, when the trial is judged."""
+    record = read_trial_record(trial_dir)
+    step = record.get("validation_step")
+    peaks = read_phase_peaks(trial_dir / HOOK_FILE_NAME, step if isinstance(step, int) else None)
+    parts = [peaks.describe()] if peaks.peak_phase else []
+    if isinstance(record.get("data_bucket"), str):
+        parts.append(f"trained on {record['data_bucket']}")
+    attrs = TrialRecord.attrs_of(memory_note="; ".join(parts)) if parts else {}
+    if peaks.peak_phase is not None and peaks.stepped:
+        attrs.update(TrialRecord.attrs_of(peak_phase=peaks.peak_phase))
+    return attrs
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -6,18 +6,19 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.core.metrics import effective_batch
 from autotune.sweep.options import DEMO_STUDY, SweepOptions
 
 
 def accumulation_for(batch_size: int, target_effective: int, num_gpus: int = 1) -> tuple[int, int]:
-    """``(gradient_accumulation_steps, effective_batch)`` that keep ``target_effective`` where possible.
+    """``(gradient_accumulation_steps, effective_batch)`` that keep ``target_effective`` where possible
+    (``num_gpus``: the adapter's data-parallel copies).
 
     Accumulation only goes down: a batch past the target runs with accumulation 1
     and a larger effective batch, which the trial records.
     """
-    per_step = max(1, batch_size) * max(1, num_gpus)
-    ga = max(1, target_effective // per_step)
-    return ga, per_step * ga
+    ga = max(1, target_effective // effective_batch(batch_size, 1, num_gpus))
+    return ga, effective_batch(batch_size, ga, num_gpus)
 
 
 def label(params: Mapping[str, Any]) -> str:

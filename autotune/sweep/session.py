@@ -35,9 +35,11 @@ from autotune.core.units import format_gb
 from autotune.errors import AutotuneError, ClaimLost, SweepInterrupted
 from autotune.gpu.nvml import Nvml
 from autotune.gpu.probe import VisibleGpu
+from autotune.store import generation, urls
 from autotune.store.identity import ProcessIdentity
-from autotune.store.storage import open_storage
+from autotune.store.storage import open_storage, storage_failure
 from autotune.store.study import CARD_BYTES_ATTR, CARD_GB_ATTR, GIB, SweepStudy
+from autotune.store.urls import redact_url
 from autotune.sweep import conclude
 from autotune.sweep.executor import TrialExecutor
 from autotune.sweep.fitcheck import check_fit
@@ -92,6 +94,14 @@ class SweepSession:
         with self._signals():
             try:
                 return self._run()
+            except Exception as exc:
+                where = self.opts.storage or urls.default_storage_url(
+                    self.opts.workdir.expanduser().resolve()
+                )
+                failure = storage_failure(exc, where)
+                if failure is None:
+                    raise
+                raise failure from None
             finally:
                 self.progress.close()
 
@@ -139,8 +149,10 @@ class SweepSession:
             self.stop.event.set()
             self._record_interrupted(scheduler.study)
             raise
-        except BaseException:
+        except BaseException as stopped:
             self.stop.event.set()
+            if self.concludes:
+                _record_stop(scheduler.study, storage_failure(stopped, plan.storage_url) or stopped)
             raise
         finally:
             for t in threads:
@@ -150,7 +162,9 @@ class SweepSession:
                     self.progress.line(f"the worker on {_prefix(gpu).strip()} stopped: {exc}")
         study = scheduler.study
         if not self.concludes:  # a worker leaves the best, confirmation and report to the sweep
-            return conclude.result(study, plan.study_name, plan.storage_url, None, stop_reason, [], self.t0)
+            return conclude.result(
+                study, plan.study_name, redact_url(plan.storage_url), None, stop_reason, [], self.t0
+            )
         return self._conclude(plan, loop, executor, stop_reason)
 
     def _record_interrupted(self, study: SweepStudy) -> None:
@@ -179,6 +193,8 @@ class SweepSession:
         else:
             scheduler = LocalScheduler.open(storage, plan)
         study = scheduler.study
+        generation.check(plan.study_dir, study.trials(), redact_url(plan.storage_url))
+        study.mark_folder = plan.study_dir
         me = ProcessIdentity.current()
         for rec in scheduler.begin(me):
             self.progress.line(
@@ -189,13 +205,15 @@ class SweepSession:
             study.set_attr(
                 "baseline_params", {**plan.base_params, "gradient_accumulation_steps": plan.base_ga}
             )
+        if self.concludes:  # this run's own reason is recorded when it stops (``status``)
+            study.set_attr("stop_reason", None)
         study.set_attr("effective_batch", plan.target_effective)
         study.set_attr(CARD_GB_ATTR, plan.card.vram_gb)  # exact (the settings round it): fit constraints
         study.set_attr(CARD_BYTES_ATTR, round(plan.card.vram_gb * GIB))
         done = study.counted_trials()
         fit = check_fit(plan)
         self.progress.line(
-            f"autotune sweep: study {plan.study_name!r} in {plan.storage_url}"
+            f"autotune sweep: study {plan.study_name!r} in {redact_url(plan.storage_url)}"
             + (f" (resuming: {done} trial{'s' if done != 1 else ''} done)" if done else "")
             + f"; trainer {opts.trainer}, card {card.name}"
             + ("" if card.name.startswith(("emulated", "planned")) else f" ({format_gb(card.vram_gb)})")
@@ -240,7 +258,7 @@ class SweepSession:
         conclude.record_ruled_out(study, plan.space, plan.strategy)
         reports = conclude.write_reports(study, plan.study_dir, self.progress)
         return conclude.result(
-            study, plan.study_name, plan.storage_url, best_trial, stop_reason, reports, self.t0
+            study, plan.study_name, redact_url(plan.storage_url), best_trial, stop_reason, reports, self.t0
         )
 
     def _start_sibling(self, gpu: VisibleGpu, plan: SweepPlan, root: ClaimedScheduler) -> threading.Thread:
@@ -271,6 +289,15 @@ class SweepSession:
         t = threading.Thread(target=run, name=f"worker-{_prefix(gpu).strip()}", daemon=True)
         t.start()
         return t
+
+
+def _record_stop(study: SweepStudy, exc: BaseException) -> None:
+    """Why this run stopped before its end, for ``autotune status`` (best effort: the database
+    may be what failed)."""
+    lines = str(exc).strip().splitlines()
+    why = lines[0] if lines else type(exc).__name__
+    with contextlib.suppress(Exception):
+        study.set_attr("stop_reason", f"stopped early: {why}"[:500])
 
 
 def _prefix(gpu: VisibleGpu) -> str:

@@ -18,6 +18,7 @@ from optuna.distributions import BaseDistribution
 
 from autotune.config.knobs import check_baseline_values, read_knob_file
 from autotune.core.knobflag import FLAG, DeclaredKnob, parse_knobs
+from autotune.core.metrics import effective_batch
 from autotune.core.space import Candidate, Space, normalize_value, same_param
 from autotune.core.strategy import Observation, Strategy, Verdict
 from autotune.core.units import format_gb
@@ -122,7 +123,7 @@ def plan_sweep(
     """
     from autotune.trainers import get_adapter
 
-    workdir = opts.workdir.expanduser().resolve()
+    workdir = urls.check_workdir(opts.workdir.expanduser().resolve())
     storage_url = urls.check_storage_url(opts.storage or urls.default_storage_url(workdir))
     study_name = st.validate_study_name(opts.study or default_study_name(opts))
 
@@ -157,7 +158,7 @@ def plan_sweep(
     base_ga = int(base_params.pop("gradient_accumulation_steps", 1) or 1)
     base_params.update(declared_baseline(declared, base_params))
     num_gpus = adapter.data_parallel(baseline)
-    target_effective = int(base_params.get("batch_size", 1)) * base_ga * num_gpus
+    target_effective = effective_batch(int(base_params.get("batch_size", 1)), base_ga, num_gpus)
     max_bs = opts.max_batch_size or (max(opts.batch_sizes) if opts.batch_sizes else DEFAULT_MAX_BATCH_SIZE)
     limit = adapter.max_batch_size(baseline)
     if limit is not None:

@@ -29,12 +29,12 @@ Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from autotune.core.metrics import TrialMetrics
+from autotune.core.metrics import TrialMetrics, effective_batch
 from autotune.errors import UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.kit.common import check_positive_int, hook_env, metrics_env, write_trial_record
@@ -114,6 +114,29 @@ class TrainerTraits:
     validates_in_trials: bool = False
 
 
+def read_baseline(
+    config: Path | None, from_text: Callable[[str, Path | None], Baseline], missing: str
+) -> Baseline:
+    """The baseline in the file ``config``, parsed by the adapter's ``from_text``; ``missing`` is the
+    error (what to pass) when no ``--config`` was given."""
+    from autotune.config.yamlconf import read_config_text  # here: the CLI imports base, not ruamel
+
+    if config is None:
+        raise UsageError(missing)
+    path = Path(config)
+    return from_text(read_config_text(path), path)
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """What ``render`` asks an adapter's ``write_trial`` for: a run of ``steps`` optimizer steps of
+    ``gradient_accumulation_steps`` micro-steps each, written under ``trial_dir`` (absolute)."""
+
+    steps: int
+    gradient_accumulation_steps: int
+    trial_dir: Path
+
+
 @dataclass(frozen=True)
 class TrialLaunch:
     """What an adapter's ``write_trial`` wrote, for ``render`` to finish: how to launch it, the
@@ -167,13 +190,7 @@ class TrainerAdapter(ABC):
         the argv) is the adapter's ``write_trial``."""
         check_positive_int("steps", steps)
         trial_dir = Path(trial_dir).resolve()
-        trial = self.write_trial(
-            baseline,
-            params,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            steps=steps,
-            trial_dir=trial_dir,
-        )
+        trial = self.write_trial(baseline, params, TrialRun(steps, gradient_accumulation_steps, trial_dir))
         gpus = trial.num_gpus if trial.num_gpus is not None else max(1, baseline.num_gpus)
         data_parallel = trial.num_gpus if trial.num_gpus is not None else self.data_parallel(baseline)
         write_trial_record(
@@ -182,7 +199,7 @@ class TrainerAdapter(ABC):
             batch_size=trial.batch_size,
             gradient_accumulation_steps=gradient_accumulation_steps,
             num_gpus=gpus,
-            effective_batch=trial.batch_size * gradient_accumulation_steps * data_parallel,
+            effective_batch=effective_batch(trial.batch_size, gradient_accumulation_steps, data_parallel),
             steps=steps,
             **trial.record,
         )
@@ -192,16 +209,8 @@ class TrainerAdapter(ABC):
         return LaunchSpec(argv=tuple(trial.argv), cwd=trial.cwd, env=env)
 
     @abstractmethod
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        """Write the trial's config under ``trial_dir`` (absolute; made here, after any
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        """Write the trial's config under ``run.trial_dir`` (absolute; made here, after any
         ``CandidateRefused``) and say how to launch it (``render`` does the rest)."""
 
     @abstractmethod

@@ -28,12 +28,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from autotune.config.yamlconf import RoundTripConfig, read_config_text
+from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import (
+    Baseline,
+    Params,
+    TrainerAdapter,
+    TrainerTraits,
+    TrialLaunch,
+    TrialRun,
+    read_baseline,
+)
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
@@ -95,6 +103,13 @@ RUN_ENV = {"PYTHONUNBUFFERED": "1"}
 CONFIG_NAME = "config.yaml"
 
 
+#: The error when no --config is given: what to pass.
+NO_CONFIG = (
+    "trainer 'ai-toolkit' sweeps your own job file: pass it with --config FILE "
+    "(e.g. a copy of config/examples/train_lora_flux_24gb.yaml with your paths)"
+)
+
+
 class AiToolkitAdapter(TrainerAdapter):
     """Options: ``trainer_dir`` (the ai-toolkit checkout, holding ``run.py`` and ``toolkit/``;
     found from the config's or the current folder when omitted), ``launcher`` (the argv that runs
@@ -128,12 +143,7 @@ class AiToolkitAdapter(TrainerAdapter):
     # --- baseline ------------------------------------------------------------------------------
 
     def load_baseline(self, config: Path | None) -> Baseline:
-        if config is None:
-            raise UsageError(
-                "trainer 'ai-toolkit' sweeps your own job file: pass it with --config FILE "
-                "(e.g. a copy of config/examples/train_lora_flux_24gb.yaml with your paths)"
-            )
-        return self.baseline_from_text(read_config_text(Path(config)), path=Path(config))
+        return read_baseline(config, self.baseline_from_text, NO_CONFIG)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         source = str(path) if path else "<config>"
@@ -240,24 +250,16 @@ class AiToolkitAdapter(TrainerAdapter):
             edits[GRAD_ACCUM_KEY] = gradient_accumulation_steps
         return edits
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        edits = self.knob_edits(baseline, params, gradient_accumulation_steps)
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        edits = self.knob_edits(baseline, params, run.gradient_accumulation_steps)
         cwd = self.cwd(baseline)
         bucket, datasets = largest_bucket(baseline.data, str(baseline.path or "<config>"))
-        edits.update(trial_recipe(baseline.data, steps, trial_dir))
+        edits.update(trial_recipe(baseline.data, run.steps, run.trial_dir))
         edits[f"{PROCESS}.datasets"] = datasets
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
         cfg.set_many({k: v for k, v in edits.items() if not cfg.has(k) or not same_value(cfg.get(k), v)})
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        config_path = trial_dir / CONFIG_NAME
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        config_path = run.trial_dir / CONFIG_NAME
         config_path.write_text(cfg.dump(), encoding="utf-8")
         merged = {**self.baseline_params(baseline), **params}
         return TrialLaunch(

@@ -42,7 +42,7 @@ from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import env_prefix
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
@@ -329,20 +329,12 @@ class CommandAdapter(TrainerAdapter):
     def launch_folder(self) -> Path | None:
         return self.cwd
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        values = self._params(baseline, params, gradient_accumulation_steps)
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        config_path = trial_dir / "config.yaml"
-        config_path.write_text(self._config_text(baseline, values, steps, params), encoding="utf-8")
-        argv = self._fill({**values, "config": config_path, "steps": steps, "trial_dir": trial_dir})
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        values = self._params(baseline, params, run.gradient_accumulation_steps)
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        config_path = run.trial_dir / "config.yaml"
+        config_path.write_text(self._config_text(baseline, values, run.steps, params), encoding="utf-8")
+        argv = self._fill({**values, "config": config_path, "steps": run.steps, "trial_dir": run.trial_dir})
         env = {"PYTHONUNBUFFERED": "1", "COLUMNS": "250", **self.script_env}
         return TrialLaunch(
             argv=argv, cwd=self.cwd, batch_size=values["batch_size"], env=env, record={"argv": argv}

@@ -25,16 +25,33 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.tomledit import TomlConfig, load_toml_data
-from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
-from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.errors import UsageError
+from autotune.trainers.base import (
+    Baseline,
+    Params,
+    TrainerAdapter,
+    TrainerTraits,
+    TrialLaunch,
+    TrialRun,
+    read_baseline,
+)
+from autotune.trainers.dpipe.config import (
+    GRAD_ACCUM_KEY,
+    KNOB_KEYS,
+    check_config,
+    check_knob_values,
+    check_swap,
+    find_checkout,
+    knob_spelling,
+    optimizer_spelling,
+    read_dataset,
+    table,
+)
 from autotune.trainers.dpipe.data import describe, keep_largest_bucket
 from autotune.trainers.dpipe.models import (
     BLOCK_SWAP_MODELS,
-    CHECKPOINTING,
-    DTYPES,
     TRANSFORMER_DTYPE_MODELS,
     swap_limit,
 )
@@ -59,15 +76,14 @@ from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_fil
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 
 #: Study param -> the config key it sets (dotted: ``model.transformer_dtype`` is ``[model]``'s).
-KNOB_KEYS: dict[str, str] = {
-    "blocks_to_swap": "blocks_to_swap",
-    "transformer_dtype": "model.transformer_dtype",
-    "activation_checkpointing": "activation_checkpointing",
-    "optimizer": "optimizer.type",
-    "batch_size": "micro_batch_size_per_gpu",
-}
-GRAD_ACCUM_KEY = "gradient_accumulation_steps"
 RUN_ENV = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
+
+
+#: The error when no --config is given: what to pass.
+NO_CONFIG = (
+    "diffusion-pipe needs your training config: pass it with --config FILE.toml "
+    "(its `dataset = '...'` names the dataset config)"
+)
 
 
 class DiffusionPipeAdapter(TrainerAdapter):
@@ -103,45 +119,18 @@ class DiffusionPipeAdapter(TrainerAdapter):
     # --- baseline ------------------------------------------------------------------------------
 
     def load_baseline(self, config: Path | None) -> Baseline:
-        if config is None:
-            raise UsageError(
-                "diffusion-pipe needs your training config: pass it with --config FILE.toml "
-                "(its `dataset = '...'` names the dataset config)"
-            )
-        path = Path(config)
-        return self.baseline_from_text(read_config_text(path), path=path)
+        return read_baseline(config, self.baseline_from_text, NO_CONFIG)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         source = str(path) if path else "<config>"
         data = load_toml_data(text, source)
-        batch = data.get(KNOB_KEYS["batch_size"], 1)
-        if isinstance(batch, list):  # train.py:399-400: per-resolution batch sizes
-            raise ConfigError(
-                f"{source}: micro_batch_size_per_gpu is a per-resolution list ({batch!r}); autotune sweeps "
-                "one batch size: set micro_batch_size_per_gpu = N (the trials train the largest "
-                "resolution only) and run again"
-            )
-        if not isinstance(data.get("model"), dict) or not isinstance(data.get("optimizer"), dict):
-            raise ConfigError(
-                f"{source}: not a diffusion-pipe config: it needs a [model] and an [optimizer] table "
-                "(see examples/main_example.toml in the diffusion-pipe checkout)"
-            )
-        # The trainer reads these without a default (train.py:107, 310, 655): name them now.
-        for table, key, example in (
-            ("model", "type", "'wan'"),
-            ("model", "dtype", "'bfloat16'"),
-            ("optimizer", "type", "'adamw_optimi'"),
-        ):
-            if not isinstance(data[table].get(key), str):
-                raise ConfigError(
-                    f"{source}: [{table}] has no {key} (like {key} = {example}); diffusion-pipe needs one"
-                )
+        check_config(data, source)
         return Baseline(trainer=self.name, text=text, data=data, path=path)
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
         data = baseline.data
-        model = _table(data, "model")
-        optimizer = _table(data, "optimizer")
+        model = table(data, "model")
+        optimizer = table(data, "optimizer")
         swap = data.get("blocks_to_swap", 0)
         limit = self._swap_limit(baseline)
         if isinstance(swap, int) and not isinstance(swap, bool) and limit is not None and swap >= 0:
@@ -150,7 +139,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
             "blocks_to_swap": swap,
             "transformer_dtype": model.get("transformer_dtype", model.get("dtype", "bfloat16")),
             "activation_checkpointing": data.get("activation_checkpointing", False),
-            "optimizer": _knob_spelling(optimizer.get("type")),
+            "optimizer": knob_spelling(optimizer.get("type")),
             "batch_size": data.get(KNOB_KEYS["batch_size"], 1),
             "gradient_accumulation_steps": data.get(GRAD_ACCUM_KEY, 1),
         }
@@ -193,7 +182,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
         return {} if limit is None else {"blocks_to_swap": limit}
 
     def _swap_limit(self, baseline: Baseline) -> int | None:
-        return swap_limit(_table(baseline.data, "model"), self._cwd_or_none(baseline))
+        return swap_limit(table(baseline.data, "model"), self._cwd_or_none(baseline))
 
     def knob_file_data(self, baseline: Baseline, data: Any) -> Any:
         """The optimizer knob narrowed to the family of the config's own optimizer
@@ -233,27 +222,10 @@ class DiffusionPipeAdapter(TrainerAdapter):
         merged = {**self.baseline_params(baseline), **params}
         check_positive_int("batch_size", merged["batch_size"])
         check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
-        if merged["transformer_dtype"] not in DTYPES:
-            raise ConfigError(
-                f"transformer_dtype {merged['transformer_dtype']!r} is not one diffusion-pipe maps "
-                f"(utils/common.py DTYPE_MAP: {', '.join(DTYPES)})"
-            )
-        if merged["activation_checkpointing"] not in CHECKPOINTING or (
-            isinstance(merged["activation_checkpointing"], int)
-            and not isinstance(merged["activation_checkpointing"], bool)
-        ):
-            raise ConfigError(
-                f"activation_checkpointing must be true, false or 'unsloth'; got {merged['activation_checkpointing']!r}"
-            )
-        if not isinstance(merged["optimizer"], str) or not merged["optimizer"]:
-            raise ConfigError(
-                f"the [optimizer] type must be a name like 'adamw_optimi'; got {merged['optimizer']!r}"
-            )
+        check_knob_values(merged)
         swap = merged["blocks_to_swap"]
-        if isinstance(swap, bool) or not isinstance(swap, int) or swap < 0:
-            raise ConfigError(f"blocks_to_swap must be a whole number >= 0; got {swap!r}")
         if swap and params.get("blocks_to_swap"):
-            self._check_swap(baseline, swap)
+            check_swap(baseline.data, swap, self._swap_limit(baseline))
         dtype_key = KNOB_KEYS["transformer_dtype"]
         model = baseline.data.get("model") or {}
         # No ``transformer_dtype`` means ``[model] dtype`` (wan.py:216): leave it out while equal.
@@ -272,65 +244,25 @@ class DiffusionPipeAdapter(TrainerAdapter):
                 if checkpointing is False and "activation_checkpointing" not in baseline.data
                 else checkpointing
             ),
-            KNOB_KEYS["optimizer"]: self._optimizer_spelling(baseline, merged["optimizer"]),
+            KNOB_KEYS["optimizer"]: optimizer_spelling(baseline.data, merged["optimizer"]),
             KNOB_KEYS["batch_size"]: merged["batch_size"],
             GRAD_ACCUM_KEY: gradient_accumulation_steps,
         }
 
-    def _check_swap(self, baseline: Baseline, swap: int) -> None:
-        data = baseline.data
-        if "adapter" not in data:
-            raise CandidateRefused(
-                f"blocks_to_swap {swap}: diffusion-pipe swaps blocks only when training a LoRA "
-                "(train.py:578 asserts an [adapter] table)"
-            )
-        if data.get("pipeline_stages", 1) != 1:
-            raise CandidateRefused(
-                f"blocks_to_swap {swap}: diffusion-pipe swaps blocks only with pipeline_stages = 1 (train.py:577)"
-            )
-        limit = self._swap_limit(baseline)
-        if limit is not None and swap > limit:
-            raise CandidateRefused(
-                f"blocks_to_swap {swap}: this model swaps at most {limit} blocks (its block count less 2; "
-                "the trainer asserts it in enable_block_swap)"
-            )
-
-    @staticmethod
-    def _optimizer_spelling(baseline: Baseline, value: str) -> str:
-        """The config's own spelling when it names the same optimizer (train.py:656 lowercases it)."""
-        own = (baseline.data.get("optimizer") or {}).get("type")
-        return own if isinstance(own, str) and own.lower() == value.lower() else value
-
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        knobs = self.knob_values(baseline, params, gradient_accumulation_steps)
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        knobs = self.knob_values(baseline, params, run.gradient_accumulation_steps)
         cwd = self.cwd(baseline)
         source = str(baseline.path or "<baseline>")
-        dataset_path = self._dataset_path(baseline, cwd)
-        try:
-            dataset_text = dataset_path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                f"{source}: dataset = {str(baseline.data.get('dataset'))!r}: cannot read {dataset_path} "
-                f"({exc.strerror or exc}); a relative path is read from the diffusion-pipe checkout {cwd}"
-            ) from None
-        dataset = TomlConfig(dataset_text, str(dataset_path))
+        dataset = read_dataset(baseline.data, source, cwd)
         bucket = keep_largest_bucket(dataset)
         cfg = TomlConfig(baseline.text, source)
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        (trial_dir / DATASET_NAME).write_text(dataset.text, encoding="utf-8")
-        edits = {**knobs, **recipe_edits(baseline.data, steps, trial_dir)}
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        (run.trial_dir / DATASET_NAME).write_text(dataset.text, encoding="utf-8")
+        edits = {**knobs, **recipe_edits(baseline.data, run.steps, run.trial_dir)}
         for key, value in edits.items():
             if value is None or not same_value(cfg.get(key), value):
                 cfg.set(key, value)
-        config_path = trial_dir / CONFIG_NAME
+        config_path = run.trial_dir / CONFIG_NAME
         config_path.write_text(cfg.text, encoding="utf-8")
         return TrialLaunch(
             argv=self.launch_command(baseline, config_path),
@@ -348,34 +280,11 @@ class DiffusionPipeAdapter(TrainerAdapter):
         gpus = max(1, baseline.num_gpus)
         return [*runner, f"--num_gpus={gpus}", "train.py", "--deepspeed", "--config", str(config_path)]
 
-    def _dataset_path(self, baseline: Baseline, cwd: Path) -> Path:
-        dataset = baseline.data.get("dataset")
-        if not isinstance(dataset, str) or not dataset:
-            raise ConfigError(
-                f"{baseline.path or '<config>'}: no `dataset = 'path/to/dataset.toml'` (train.py:393 reads it)"
-            )
-        path = Path(dataset).expanduser()
-        return path if path.is_absolute() else cwd / path
-
     # --- where the trainer lives ---------------------------------------------------------------
 
     def cwd(self, baseline: Baseline) -> Path:
         """The diffusion-pipe checkout (holding ``train.py``), where trials run."""
-        if self.trainer_dir is not None:
-            root = self.trainer_dir.expanduser().resolve()
-            if not (root / "train.py").is_file():
-                raise UsageError(
-                    f"--trainer-dir {self.trainer_dir}: no train.py in {root}; give the diffusion-pipe checkout"
-                )
-            return root
-        hints = [*(Path(baseline.path).resolve().parents if baseline.path else []), Path.cwd()]
-        for hint in hints:
-            if (hint / "train.py").is_file() and (hint / "utils" / "dataset.py").is_file():
-                return hint
-        raise UsageError(
-            "cannot find the diffusion-pipe checkout (a folder with train.py and utils/dataset.py) "
-            "above the config or here; pass --trainer-dir DIR"
-        )
+        return find_checkout(self.trainer_dir, baseline.path)
 
     def _cwd_or_none(self, baseline: Baseline) -> Path | None:
         try:
@@ -424,11 +333,6 @@ class DiffusionPipeAdapter(TrainerAdapter):
         return f"cd {shlex.quote(str(cwd or 'diffusion-pipe'))} && {shlex.join(argv)}"
 
 
-def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    value = data.get(name)
-    return value if isinstance(value, Mapping) else {}
-
-
 #: The optimizer families the knob turns within, each 8-bit states first, then its full AdamW
 #: (train.py:668-687): optimi's AdamW8bitKahan (optimizers/adamw_8bit.py) and optimi.AdamW;
 #: bitsandbytes' AdamW8bit and torch's AdamW.
@@ -438,13 +342,3 @@ OPTIMIZER_FAMILIES: tuple[tuple[str, ...], ...] = (("AdamW8bitKahan", "adamw_opt
 def optimizer_family(value: Any) -> tuple[str, ...] | None:
     """The family of an optimizer type as the knob file spells it, or ``None``."""
     return next((f for f in OPTIMIZER_FAMILIES if value in f), None)
-
-
-def _knob_spelling(value: Any) -> Any:
-    """An optimizer type as the knob file spells it (the trainer matches it case-insensitively)."""
-    if not isinstance(value, str):
-        return value
-    for known in ("AdamW8bitKahan", "adamw_optimi", "adamw8bit", "adamw"):
-        if value.lower() == known.lower():
-            return known
-    return value

@@ -15,44 +15,51 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from autotune.config.yamlconf import RoundTripConfig, read_config_text
-from autotune.core.metrics import Readings, TrialMetrics
+from autotune.config.yamlconf import RoundTripConfig
+from autotune.core.metrics import TrialMetrics
 from autotune.core.space import from_study_value, to_study_value
 from autotune.core.timing import WARMUP_STEPS
-from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import NO_CUDA_KEY, Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import (
+    NO_CUDA_KEY,
+    Baseline,
+    Params,
+    TrainerAdapter,
+    TrainerTraits,
+    TrialLaunch,
+    TrialRun,
+    read_baseline,
+)
 from autotune.trainers.kit.common import (
     check_params,
     check_positive_int,
-    effective_batch_of,
     hook_option,
     launcher_option,
-    read_trial_record,
     same_value,
     take_options,
 )
-from autotune.trainers.kit.output import read_output, trainer_reading
-from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.kit.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY, parse_ltx2_output
-from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
-from autotune.trainers.kit.readers.phases import without_step
+from autotune.trainers.kit.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY
 from autotune.trainers.kit.yamlkeys import GRAD_ACCUM_KEY as GRAD_ACCUM_KEY  # re-exported: tests
 from autotune.trainers.kit.yamlkeys import KNOB_KEYS as KNOB_KEYS  # re-exported: tests
 from autotune.trainers.kit.yamlkeys import STEPS_KEY as STEPS_KEY  # re-exported: tests
 from autotune.trainers.kit.yamlkeys import get_dotted
-from autotune.trainers.ltx2.checkout import TRAIN_SCRIPT, TRAINER_SUBDIR, find_trainer_package, sample_limit
+from autotune.trainers.ltx2.checkout import (
+    TRAIN_SCRIPT,
+    TRAINER_SUBDIR,
+    check_batch_fits,
+    find_trainer_package,
+    sample_limit,
+)
 from autotune.trainers.ltx2.data import data_sources
+from autotune.trainers.ltx2.launch import accelerate_config_file, flag_option, package_hints
+from autotune.trainers.ltx2.metrics import read_ltx2_metrics
 from autotune.trainers.ltx2.recipe import TEXT_ENCODER_8BIT_OFF, validates_with_8bit_text_encoder
 from autotune.trainers.ltx2.recipe import short_run_recipe as short_run_recipe
 from autotune.trainers.ltx2.recipe import trial_recipe as trial_recipe
 from autotune.trainers.ltx2.view import (
-    VIEW_DIR,
-    Buckets,
     DataView,
-    build_view,
-    read_buckets,
+    ViewCache,
     samples_for_trial,
 )
 
@@ -67,6 +74,13 @@ CODE_DEFAULTS: dict[str, Any] = {
 QUANTIZATIONS = ("int8-quanto", "int4-quanto", "int2-quanto", "fp8-quanto", "fp8uz-quanto", "none")
 OPTIMIZERS = ("adamw", "adamw8bit")
 RUN_ENV = {"COLUMNS": "250", "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
+
+
+#: The error when no --config is given: what to pass.
+NO_CONFIG = (
+    "trainer {name!r} needs a config to start from: write one with "
+    "'autotune plan -o plan.yaml' or pass your own with --config FILE"
+)
 
 
 class Ltx2Adapter(TrainerAdapter):
@@ -122,7 +136,7 @@ class Ltx2Adapter(TrainerAdapter):
         self.hook = hook_option(options, self.name)
         self.trial_validation = flag_option(options, "trial_validation", self.name)
         self.data_view = flag_option(options, "data_view", self.name)
-        self._buckets: dict[tuple[str, tuple[str, ...]], Buckets | None] = {}
+        self._views = ViewCache()
 
     #: Without the hook a trial's speed comes from the trainer's ``Step`` lines (every 20 steps).
     times_from_step_lines: ClassVar[bool] = True
@@ -142,24 +156,11 @@ class Ltx2Adapter(TrainerAdapter):
     # --- baseline ------------------------------------------------------------------------------
 
     def load_baseline(self, config: Path | None) -> Baseline:
-        if config is None:
-            raise UsageError(
-                f"trainer {self.name!r} needs a config to start from: write one with "
-                "'autotune plan -o plan.yaml' or pass your own with --config FILE"
-            )
-        text = read_config_text(Path(config))
-        return self.baseline_from_text(text, path=Path(config))
+        return read_baseline(config, self.baseline_from_text, NO_CONFIG.format(name=self.name))
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         """A baseline from YAML text (a plan held in memory, say); the text is kept verbatim."""
-        source = str(path) if path else "<config>"
-        data = load_yaml(text, source)
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError(
-                f"{source}: expected a mapping of sections (model:, optimization:, ...) at the top"
-            )
+        data = config_mapping(text, str(path) if path else "<config>")
         return Baseline(trainer=self.name, text=text, data=data, path=path)
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
@@ -177,13 +178,10 @@ class Ltx2Adapter(TrainerAdapter):
         """(config key, YAML value) for each knob, baseline values where ``params`` leaves one out."""
         check_params(params, KNOB_KEYS, self.name)
         merged = {**self.baseline_params(baseline), **params}
-        check_knob_values(merged, gradient_accumulation_steps)
+        check_knob_values(
+            merged, gradient_accumulation_steps, get_dotted(baseline.data, "model.training_mode", "lora")
+        )
         quant_value = from_study_value(merged["quantization"])
-        if quant_value is not None and get_dotted(baseline.data, "model.training_mode", "lora") == "full":
-            raise CandidateRefused(
-                f"quantization {quant_value} with model.training_mode 'full' is rejected by the LTX-2 "
-                "trainer; sweep quantization only for LoRA training"
-            )
         return [
             (KNOB_KEYS["quantization"], quant_value),
             (KNOB_KEYS["optimizer"], merged["optimizer"]),
@@ -192,53 +190,33 @@ class Ltx2Adapter(TrainerAdapter):
             (KNOB_KEYS["gradient_checkpointing"], merged["gradient_checkpointing"]),
         ]
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        values = self.knob_values(baseline, params, gradient_accumulation_steps)
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        values = self.knob_values(baseline, params, run.gradient_accumulation_steps)
         batch = dict(values)[KNOB_KEYS["batch_size"]]
         cwd = self.cwd(baseline)
         limit = self._sample_limit(baseline, cwd)
-        if limit is not None and batch > limit[0]:
-            raise CandidateRefused(
-                f"batch_size {batch} needs at least {batch * max(1, baseline.num_gpus)} preprocessed samples "
-                f"({batch} per GPU x {max(1, baseline.num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]} "
-                f"(.pt files found in each of {', '.join(d + '/' for d in data_sources(baseline.data))}): "
-                "the LTX-2 trainer would die with StopIteration. Preprocess more samples or cap "
-                "--max-batch-size."
-            )
+        check_batch_fits(batch, limit, baseline.num_gpus, data_sources(baseline.data))
         cfg = RoundTripConfig.from_text(baseline.text, str(baseline.path or "<baseline>"))
         edits = {k: v for k, v in values if not cfg.has(k) or not same_value(cfg.get(k), v)}
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
         recipe = trial_recipe(
             baseline.data,
-            steps,
-            trial_dir,
+            run.steps,
+            run.trial_dir,
             validation=self.trial_validation,
             cuda=not baseline.extra.get(NO_CUDA_KEY),
         )
-        per_micro_step = batch * max(1, baseline.num_gpus)
-        view = self._data_view(
-            baseline, cwd, trial_dir, samples_for_trial(per_micro_step, steps * gradient_accumulation_steps)
+        needed = samples_for_trial(
+            batch * max(1, baseline.num_gpus), run.steps * run.gradient_accumulation_steps
         )
+        view = self._data_view(baseline, limit, run.trial_dir, needed)
         if view is not None:
             recipe.append(("data.preprocessed_data_root", str(view.root)))
-        for key, value in recipe:
-            if cfg.has(key) and same_value(cfg.get(key), value):
-                continue  # already so: the line stays as written
-            if self.create_missing_sections or "." not in key or cfg.has(key.rsplit(".", 1)[0]):
-                edits[key] = value
-        cfg.set_many(edits)
-        config_path = trial_dir / "config.yaml"
+        cfg.set_many({**edits, **recipe_edits(cfg, recipe, create_sections=self.create_missing_sections)})
+        config_path = run.trial_dir / "config.yaml"
         config_path.write_text(cfg.dump(), encoding="utf-8")
         record = {
-            "validation_step": steps - 1 if dict(recipe).get("validation.interval") else None,
+            "validation_step": run.steps - 1 if dict(recipe).get("validation.interval") else None,
             "data_bucket": view.describe() if view is not None else None,
         }
         argv = self.launch_argv(baseline, config_path, progress_bars=False)
@@ -247,26 +225,18 @@ class Ltx2Adapter(TrainerAdapter):
     def without_cuda(self, baseline: Baseline) -> tuple[Baseline, list[str]]:
         """Trials that run the validation pass load the text encoder without 8-bit: the trainer
         refuses its 8-bit Gemma without CUDA (gemma_8bit.py:81-86), so the baseline would crash."""
-        baseline = replace(baseline, extra={**baseline.extra, NO_CUDA_KEY: True})
-        changes = (
-            [TEXT_ENCODER_8BIT_OFF]
-            if self.trial_validation and validates_with_8bit_text_encoder(baseline.data)
-            else []
-        )
-        return baseline, changes
+        off = self.trial_validation and validates_with_8bit_text_encoder(baseline.data)
+        return replace(baseline, extra={**baseline.extra, NO_CUDA_KEY: True}), [
+            TEXT_ENCODER_8BIT_OFF
+        ] if off else []
 
-    def _data_view(self, baseline: Baseline, cwd: Path, trial_dir: Path, needed: int) -> DataView | None:
+    def _data_view(
+        self, baseline: Baseline, limit: tuple[int, Path, int] | None, trial_dir: Path, needed: int
+    ) -> DataView | None:
         """The largest bucket's samples linked under the trial folder (None: data not here or unread)."""
-        if not self.data_view:
+        if not self.data_view or limit is None:
             return None
-        limit = self._sample_limit(baseline, cwd)
-        if limit is None:
-            return None
-        sources = data_sources(baseline.data)
-        key = (str(limit[1]), tuple(sources))
-        if key not in self._buckets:  # every sample file is opened once per sweep, not per trial
-            self._buckets[key] = read_buckets(limit[1], sources)
-        return build_view(limit[1], sources, trial_dir / VIEW_DIR, needed, self._buckets[key])
+        return self._views.build(limit[1], data_sources(baseline.data), trial_dir, needed)
 
     def launch_argv(self, baseline: Baseline, config_path: Path, *, progress_bars: bool) -> list[str]:
         script = [*self.script_argv(config_path)]
@@ -295,20 +265,7 @@ class Ltx2Adapter(TrainerAdapter):
         return [*self.launcher, "-m", "accelerate.commands.launch"]
 
     def _accelerate_config_file(self, baseline: Baseline) -> str | None:
-        choice = self.accelerate_config
-        if choice is None and baseline.extra.get("launch_mode") in ("ddp", "fsdp"):
-            choice = str(baseline.extra["launch_mode"])  # what ``autotune plan`` chose
-        if choice is None:
-            choice = "fsdp" if get_dotted(baseline.data, "model.training_mode", "lora") == "full" else "ddp"
-        if choice in ("none", ""):
-            return None
-        if choice in ("ddp", "fsdp"):
-            rel = f"configs/accelerate/{choice}.yaml"
-            try:
-                return rel if (self.cwd(baseline) / rel).is_file() else None
-            except UsageError:
-                return rel
-        return str(choice)
+        return accelerate_config_file(self.accelerate_config, baseline, lambda: self.cwd(baseline))
 
     # --- where the trainer lives ---------------------------------------------------------------
 
@@ -332,25 +289,7 @@ class Ltx2Adapter(TrainerAdapter):
     # --- reading -------------------------------------------------------------------------------
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
-        try:
-            trial_dir = Path(trial_dir)
-            record = read_trial_record(trial_dir)
-            validation_step = record.get("validation_step")
-            validation_step = validation_step if isinstance(validation_step, int) else None
-            parsed = parse_ltx2_output(read_output(trial_dir, output))
-            if validation_step is not None:  # that step's line timed the validation pass too
-                parsed.steps = [s for s in parsed.steps if s.step != validation_step]
-            batch = effective_batch_of(record)
-            own = trainer_reading(  # its Samples/second ignores GA: the batch over its step time instead
-                *self._trainer_order(
-                    parsed.to_metrics(batch), read_metrics_file(trial_dir / METRICS_FILE_NAME)
-                ),
-                own_rate=False,
-            )
-            hook = without_step(read_hook_file(trial_dir / HOOK_FILE_NAME), validation_step)
-            return combine(Readings(hook=hook, trainer=own, effective_batch=batch))
-        except Exception:  # the contract: a reader never takes the sweep down
-            return TrialMetrics()
+        return read_ltx2_metrics(trial_dir, output, self._trainer_order)
 
     def _trainer_order(self, log: TrialMetrics, file: TrialMetrics) -> list[TrialMetrics]:
         """The trainer's own readings, the better first (the hook's is not among them: ``combine``)."""
@@ -382,9 +321,11 @@ class Ltx2Adapter(TrainerAdapter):
         return f"cd {shlex.quote(cwd)} && {shlex.join(argv)}"
 
 
-def check_knob_values(merged: Mapping[str, Any], gradient_accumulation_steps: int) -> None:
+def check_knob_values(
+    merged: Mapping[str, Any], gradient_accumulation_steps: int, training_mode: Any
+) -> None:
     """A ``ConfigError`` for a knob value the LTX-2 trainer does not take (study values: ``none``
-    for no quantization)."""
+    for no quantization); ``CandidateRefused`` for quantization with full training, which it rejects."""
     quant = merged["quantization"]
     if quant not in QUANTIZATIONS and quant is not None:
         raise ConfigError(f"quantization {quant!r} is not one of {', '.join(QUANTIZATIONS)}")
@@ -396,26 +337,33 @@ def check_knob_values(merged: Mapping[str, Any], gradient_accumulation_steps: in
         raise ConfigError(
             f"gradient_checkpointing must be true or false; got {merged['gradient_checkpointing']!r}"
         )
+    quant_value = from_study_value(quant)
+    if quant_value is not None and training_mode == "full":
+        raise CandidateRefused(
+            f"quantization {quant_value} with model.training_mode 'full' is rejected by the LTX-2 "
+            "trainer; sweep quantization only for LoRA training"
+        )
 
 
-def flag_option(options: Mapping[str, Any], name: str, trainer: str) -> bool:
-    """A true/false adapter option that is on unless turned off (a stored ``"False"`` too)."""
-    value = options.get(name, True)
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if not isinstance(value, bool):
-        raise UsageError(f"trainer {trainer!r}: option {name} must be true or false; got {value!r}")
-    return value
+def config_mapping(text: str, source: str) -> dict[str, Any]:
+    """A config's YAML text parsed: a mapping of sections (an empty file is an empty one)."""
+    data = load_yaml(text, source)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections (model:, optimization:, ...) at the top")
+    return data
 
 
-def package_hints(baseline: Baseline) -> list[Path]:
-    """Where to look for the trainer when no ``trainer_dir`` is given: the folders a plan
-    recorded, the config's parents, then the current folder and its parents."""
-    hints: list[Path] = []
-    for name in ("package_dir", "trainer_dir"):  # ``Plan.to_baseline`` knows the package
-        if baseline.extra.get(name):
-            hints.append(Path(baseline.extra[name]))
-    if baseline.path is not None:
-        hints.extend(Path(baseline.path).resolve().parents)
-    hints.extend([Path.cwd(), *Path.cwd().parents])
-    return hints
+def recipe_edits(
+    cfg: RoundTripConfig, recipe: list[tuple[str, Any]], *, create_sections: bool
+) -> dict[str, Any]:
+    """The recipe's keys the config does not already hold as such (a line already so stays as
+    written); a key whose section the config lacks only when ``create_sections``."""
+    edits: dict[str, Any] = {}
+    for key, value in recipe:
+        if cfg.has(key) and same_value(cfg.get(key), value):
+            continue
+        if create_sections or "." not in key or cfg.has(key.rsplit(".", 1)[0]):
+            edits[key] = value
+    return edits

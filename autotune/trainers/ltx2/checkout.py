@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import UsageError
+from autotune.errors import CandidateRefused, UsageError
 from autotune.trainers.ltx2.data import count_samples
 
 TRAIN_SCRIPT = "scripts/train.py"
@@ -62,3 +62,17 @@ def sample_limit(root: Any, sources: list[str], cwd: Path, num_gpus: int) -> tup
     if count is None:
         return None
     return count // max(1, num_gpus), folder, count
+
+
+def check_batch_fits(
+    batch: int, limit: tuple[int, Path, int] | None, num_gpus: int, sources: list[str]
+) -> None:
+    """Refuse a batch larger than the preprocessed data (``sample_limit``'s answer) can fill."""
+    if limit is not None and batch > limit[0]:
+        raise CandidateRefused(
+            f"batch_size {batch} needs at least {batch * max(1, num_gpus)} preprocessed samples "
+            f"({batch} per GPU x {max(1, num_gpus)} GPU(s)), but {limit[1]} holds {limit[2]} "
+            f"(.pt files found in each of {', '.join(d + '/' for d in sources)}): "
+            "the LTX-2 trainer would die with StopIteration. Preprocess more samples or cap "
+            "--max-batch-size."
+        )

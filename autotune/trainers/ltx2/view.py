@@ -123,3 +123,17 @@ def build_view(
                 link.unlink()
             os.symlink(target, link)
     return DataView(dest, bucket, len(chosen), count, len(buckets.by_shape))
+
+
+class ViewCache:
+    """``build_view`` with each data root's buckets read once per sweep, not once per trial."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[str, tuple[str, ...]], Buckets | None] = {}
+
+    def build(self, root: Path, sources: list[str], trial_dir: Path, needed: int) -> DataView | None:
+        """The view under ``trial_dir`` (``VIEW_DIR``) of ``needed`` samples of the largest bucket."""
+        key = (str(root), tuple(sources))
+        if key not in self._buckets:  # every sample file is opened once per sweep
+            self._buckets[key] = read_buckets(root, sources)
+        return build_view(root, sources, trial_dir / VIEW_DIR, needed, self._buckets[key])

@@ -54,13 +54,19 @@ from typing import Any, ClassVar
 import yaml
 
 from autotune.config.tomledit import TomlConfig
-from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
-from autotune.core.yamltext import load_yaml
-from autotune.errors import CandidateRefused, ConfigError, UsageError
+from autotune.errors import UsageError
 from autotune.execution.launch import redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import (
+    Baseline,
+    Params,
+    TrainerAdapter,
+    TrainerTraits,
+    TrialLaunch,
+    TrialRun,
+    read_baseline,
+)
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_number,
@@ -81,13 +87,12 @@ from autotune.trainers.kit.common import (
 from autotune.trainers.kit.launchscript import (
     SCRIPT_HEAD,
     command_lines,
-    record_from_command,
-    record_from_yaml,
 )
 from autotune.trainers.kit.output import read_output, trainer_reading
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
+from autotune.trainers.musubi.command import HEREDOC, read_command
 from autotune.trainers.musubi.data import (
     baseline_batch_size,
     largest_bucket,
@@ -95,32 +100,20 @@ from autotune.trainers.musubi.data import (
     read_datasets,
     set_batch_size,
 )
-
-KNOBS = (
-    "blocks_to_swap",
-    "precision",
-    "gradient_checkpointing",
-    "gradient_checkpointing_cpu_offload",
-    "optimizer",
-    "split_attn",
-    "batch_size",
+from autotune.trainers.musubi.flags import (
+    DATASET_FLAG,
+    GRAD_ACCUM_FLAG,
+    KNOBS,
+    OPTIMIZER_FLAG,
+    OPTIMIZERS,
+    OUTPUT_FLAG,
+    STEPS_FLAG,
+    SWAP_FLAG,
+    precision_of,
+    set_knob_flags,
+    swap_maximum,
 )
-PRECISIONS = ("fp8", "fp8_scaled", "bf16")
-OPTIMIZERS = ("adamw8bit", "adamw")
-#: Training script -> (architecture of its latent caches, dataset/architectures.py:2,4).
-SCRIPTS = {"wan_train_network.py": "wan", "hv_train_network.py": "hv"}
-#: --task -> DiT blocks (wan/configs/wan_t2v_14B.py:30, wan_t2v_1_3B.py:30, wan_i2v_14B.py:36,
-#: wan_*_A14B.py:30); the default task is t2v-14B (wan_train_network.py:723).
-WAN_DEFAULT_TASK = "t2v-14B"
-#: HunyuanVideo's most swappable blocks: 20 double, 40 single, ``n // 2`` double and
-#: ``(n - n // 2) * 2 + 1`` single swapped, at most 19 and 39 (hunyuan_model/models.py:518-519, 680-685).
-HV_MAX_SWAP = 38
-DATASET_FLAG = "--dataset_config"
-STEPS_FLAG = "--max_train_steps"
-OUTPUT_FLAG = "--output_dir"
-GRAD_ACCUM_FLAG = "--gradient_accumulation_steps"
-SWAP_FLAG = "--blocks_to_swap"
-OPTIMIZER_FLAG = "--optimizer_type"
+
 #: Short-run recipe: value flags and store_true flags a trial leaves out (see the module docstring).
 DROP_VALUE_FLAGS = (
     "--max_train_epochs",
@@ -140,27 +133,14 @@ DROP_VALUE_FLAGS = (
     "--huggingface_repo_id",
 )
 DROP_BOOL_FLAGS = ("--sample_at_first", "--save_state", "--save_state_on_train_end")
-#: The heredoc ``final_config`` writes the winning dataset TOML with (read back by ``load_baseline``).
-HEREDOC = "AUTOTUNE_DATASET_TOML"
 
 
-def swap_maximum(script: str, args: Sequence[str]) -> int:
-    """The most blocks this script's model can swap (``num_blocks - 1``, model.py:752-754);
-    0 when Wan 2.2 offloads its inactive expert (``offloads_inactive_dit``)."""
-    if Path(script).name == "hv_train_network.py":
-        return HV_MAX_SWAP
-    if offloads_inactive_dit(args):
-        return 0
-    task = flag_value(args, "--task") or WAN_DEFAULT_TASK
-    layers = 30 if "1.3B" in task else 40
-    return layers - 1
-
-
-def offloads_inactive_dit(args: Sequence[str]) -> bool:
-    """Wan 2.2 trains both experts (``--dit_high_noise``) and keeps the inactive one in host RAM
-    (``--offload_inactive_dit``): the trainer then asserts that no block is swapped
-    (wan_train_network.py:82-86), so the swap knob stays at 0."""
-    return flag_value(args, "--dit_high_noise") is not None and has_flag(args, "--offload_inactive_dit")
+#: The error when no --config is given: what to pass.
+NO_CONFIG = (
+    "trainer 'musubi' needs your training command: pass --config FILE, a script with the line "
+    "'accelerate launch ... src/musubi_tuner/wan_train_network.py --dataset_config x.toml ...' "
+    "(docs/wan.md), or a YAML with script:, args:, optional launcher:, cwd:, env:"
+)
 
 
 class MusubiAdapter(TrainerAdapter):
@@ -204,60 +184,10 @@ class MusubiAdapter(TrainerAdapter):
     # --- the baseline ----------------------------------------------------------------------------
 
     def load_baseline(self, config: Path | None) -> Baseline:
-        if config is None:
-            raise UsageError(
-                "trainer 'musubi' needs your training command: pass --config FILE, a script with the line "
-                "'accelerate launch ... src/musubi_tuner/wan_train_network.py --dataset_config x.toml ...' "
-                "(docs/wan.md), or a YAML with script:, args:, optional launcher:, cwd:, env:"
-            )
-        path = Path(config)
-        return self.baseline_from_text(read_config_text(path), path)
+        return read_baseline(config, self.baseline_from_text, NO_CONFIG)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
-        source = str(path) if path else "<command>"
-        folder = str(Path(path).resolve().parent) if path else str(Path.cwd())
-        command, dataset_text = _split_heredoc(text, source)
-        data: Any
-        try:
-            data = load_yaml(command, source)
-        except ConfigError:
-            data = None
-        if isinstance(data, dict) and ("script" in data or "args" in data):
-            record = record_from_yaml(data, source, folder)
-        else:
-            record = record_from_command(command, source, folder)
-        if self.trainer_dir is not None:
-            record["cwd"] = str(self.trainer_dir)
-        script = Path(record["script"]).name
-        if script not in SCRIPTS:
-            raise ConfigError(
-                f"{source}: {record['script']} is not a training script autotune knows for musubi-tuner; "
-                f"it drives {', '.join(sorted(SCRIPTS))}"
-            )
-        args = record["args"]
-        if flag_value(args, "--config_file") is not None:
-            raise ConfigError(
-                f"{source}: --config_file: autotune edits the command's own flags; write the options of "
-                "that file on the command line instead"
-            )
-        dataset = flag_value(args, DATASET_FLAG)
-        if dataset is None:
-            raise ConfigError(
-                f"{source}: the command has no {DATASET_FLAG} (musubi-tuner needs one, trainer_base.py:1394)"
-            )
-        dataset_path = Path(record["cwd"]) / Path(dataset).expanduser()
-        if dataset_text is None:
-            try:
-                dataset_text = dataset_path.read_text(encoding="utf-8")
-            except OSError as exc:
-                raise ConfigError(
-                    f"{source}: {DATASET_FLAG} {dataset}: cannot read {dataset_path} ({exc.strerror}); "
-                    "give a path that exists (relative paths start at the folder the command runs in)"
-                ) from None
-        TomlConfig(dataset_text, str(dataset_path))  # a malformed file is named now, not in a trial
-        record["arch"] = SCRIPTS[script]
-        record["dataset_path"] = str(dataset_path)
-        record["dataset_text"] = dataset_text
+        record = read_command(text, path, self.trainer_dir)
         return Baseline(trainer=self.name, text=text, data=record, path=path)
 
     def knob_limits(self, baseline: Baseline) -> dict[str, int]:
@@ -270,7 +200,7 @@ class MusubiAdapter(TrainerAdapter):
         offload = int(gc and has_flag(args, "--gradient_checkpointing_cpu_offload"))
         return {
             "blocks_to_swap": self._swap_of(baseline),
-            "precision": _precision(args),
+            "precision": precision_of(args),
             "gradient_checkpointing": gc,
             "gradient_checkpointing_cpu_offload": offload,
             "optimizer": optimizer if optimizer in OPTIMIZERS else "adamw",
@@ -310,85 +240,29 @@ class MusubiAdapter(TrainerAdapter):
         merged = {**base, **params}
         batch = check_positive_int("batch_size", merged["batch_size"])
         check_positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
-        args = list(baseline.data["args"])
-        swap = merged["blocks_to_swap"]
-        limit = swap_maximum(baseline.data["script"], args)
-        if isinstance(swap, bool) or not isinstance(swap, int) or swap < 0:
-            raise ConfigError(f"blocks_to_swap must be a whole number >= 0; got {swap!r}")
-        if (
-            swap > limit
-            and offloads_inactive_dit(args)
-            and Path(baseline.data["script"]).name != "hv_train_network.py"
-        ):
-            raise CandidateRefused(
-                f"blocks_to_swap {swap}: with --dit_high_noise and --offload_inactive_dit the trainer "
-                "refuses block swap ('Block swap is not supported with offloading inactive DiT', "
-                "wan_train_network.py:82-86); drop --offload_inactive_dit from the baseline to sweep it"
-            )
-        if swap > limit:
-            raise CandidateRefused(
-                f"blocks_to_swap {swap}: this model has {limit + 1} blocks and swaps at most {limit} "
-                "(wan/modules/model.py:752-754, hunyuan_model/models.py:680-685)"
-            )
-        args = set_value_flag(args, SWAP_FLAG, str(swap)) if swap else drop_value_flag(args, SWAP_FLAG)
-        precision = merged["precision"]
-        if precision not in PRECISIONS:
-            raise ConfigError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-        if precision == "fp8_scaled" and baseline.data["arch"] != "wan":
-            raise CandidateRefused(
-                "precision fp8_scaled: HunyuanVideo's trainer has no --fp8_scaled (parser_common.py:384-387)"
-            )
-        args = set_bool_flag(args, "--fp8_base", precision in ("fp8", "fp8_scaled"))
-        args = set_bool_flag(args, "--fp8_scaled", precision == "fp8_scaled")
-        gc, offload = merged["gradient_checkpointing"], merged["gradient_checkpointing_cpu_offload"]
-        if not isinstance(gc, bool):
-            raise ConfigError(f"gradient_checkpointing must be true or false; got {gc!r}")
-        if offload not in (0, 1) or isinstance(offload, bool):
-            raise ConfigError(
-                f"gradient_checkpointing_cpu_offload must be 1 (on) or 0 (off); got {offload!r}"
-            )
-        args = set_bool_flag(args, "--gradient_checkpointing", gc)
-        args = set_bool_flag(args, "--gradient_checkpointing_cpu_offload", gc and offload == 1)
-        optimizer = merged["optimizer"]
-        if optimizer not in OPTIMIZERS:
-            raise ConfigError(f"optimizer {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-        given = flag_value(args, OPTIMIZER_FLAG)
-        current = (given or "adamw").lower()
-        if current in OPTIMIZERS and (current != optimizer or given is None):  # Adafactor stays as it is
-            args = set_value_flag(args, OPTIMIZER_FLAG, optimizer)  # always spelled out: see the docstring
-        if not isinstance(merged["split_attn"], bool):
-            raise ConfigError(f"split_attn must be true or false; got {merged['split_attn']!r}")
-        args = set_bool_flag(args, "--split_attn", merged["split_attn"])
-        if gradient_accumulation_steps != 1 or flag_value(args, GRAD_ACCUM_FLAG) is not None:
-            args = set_value_flag(args, GRAD_ACCUM_FLAG, str(gradient_accumulation_steps))
+        args = set_knob_flags(baseline.data, merged, gradient_accumulation_steps)
         return args, batch
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        args, batch = self.knob_args(baseline, params, gradient_accumulation_steps)
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        args, batch = self.knob_args(baseline, params, run.gradient_accumulation_steps)
         for flag in DROP_VALUE_FLAGS:
             args = drop_value_flag(args, flag)
         for flag in DROP_BOOL_FLAGS:
             args = set_bool_flag(args, flag, False)
-        args = set_value_flag(args, STEPS_FLAG, str(steps))
-        args = set_value_flag(args, OUTPUT_FLAG, str(trial_dir / "output"))
+        args = set_value_flag(args, STEPS_FLAG, str(run.steps))
+        args = set_value_flag(args, OUTPUT_FLAG, str(run.trial_dir / "output"))
         record = baseline.data
         toml = TomlConfig(record["dataset_text"], record["dataset_path"])
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        dataset_text, view = make_trial_dataset(toml, Path(record["cwd"]), record["arch"], batch, trial_dir)
-        dataset_file = trial_dir / "dataset.toml"
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        dataset_text, view = make_trial_dataset(
+            toml, Path(record["cwd"]), record["arch"], batch, run.trial_dir
+        )
+        dataset_file = run.trial_dir / "dataset.toml"
         dataset_file.write_text(dataset_text, encoding="utf-8")
         args = set_value_flag(args, DATASET_FLAG, str(dataset_file))
         gpus = max(1, baseline.num_gpus)
         argv = self._argv(record, args, gpus)
-        (trial_dir / "config.yaml").write_text(
+        (run.trial_dir / "config.yaml").write_text(
             # A record for people and for ``load_baseline``; secrets in the env go to the trainer only.
             yaml.safe_dump(
                 {
@@ -404,7 +278,7 @@ class MusubiAdapter(TrainerAdapter):
             ),
             encoding="utf-8",
         )
-        (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
+        (run.trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
         env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
         return TrialLaunch(
             argv=argv,
@@ -482,28 +356,6 @@ class MusubiAdapter(TrainerAdapter):
         gradient_accumulation_steps: int | None = None,
     ) -> str:
         return f"bash {shlex.quote(str(config_path))}"
-
-
-def _precision(args: Sequence[str]) -> str:
-    if has_flag(args, "--fp8_base"):
-        return "fp8_scaled" if has_flag(args, "--fp8_scaled") else "fp8"
-    return "bf16"
-
-
-def _split_heredoc(text: str, source: str) -> tuple[str, str | None]:
-    """The command without the dataset TOML heredoc ``final_config`` writes, and that TOML (None: none)."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.rstrip().endswith(f"<<'{HEREDOC}'")), None)
-    if start is None:
-        return text, None
-    try:
-        end = lines.index(HEREDOC, start + 1)
-    except ValueError:
-        raise ConfigError(
-            f"{source}:{start + 1}: the dataset config block never ends (no {HEREDOC} line)"
-        ) from None
-    rest = lines[:start] + lines[end + 1 :]
-    return "\n".join(rest) + "\n", "\n".join(lines[start + 1 : end]) + "\n"
 
 
 __all__ = ["MusubiAdapter", "swap_maximum"]

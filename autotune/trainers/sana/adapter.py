@@ -30,13 +30,20 @@ from typing import Any, ClassVar
 
 import yaml
 
-from autotune.config.yamlconf import read_config_text
 from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
-from autotune.errors import ConfigError, UsageError
+from autotune.errors import ConfigError
 from autotune.execution.launch import redacted_env
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch
+from autotune.trainers.base import (
+    Baseline,
+    Params,
+    TrainerAdapter,
+    TrainerTraits,
+    TrialLaunch,
+    TrialRun,
+    read_baseline,
+)
 from autotune.trainers.kit.argv import (
     drop_value_flag,
     flag_number,
@@ -96,6 +103,14 @@ def parse_tqdm(text: str) -> tuple[float | None, list[float]]:
 # --- the adapter -------------------------------------------------------------------------------
 
 
+#: The error when no --config is given: what to pass.
+NO_CONFIG = (
+    "trainer 'sana' needs your training command: pass --config FILE with either a YAML "
+    "(script:, args:, optional launcher:, cwd:, env:) or a shell line like "
+    "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...'"
+)
+
+
 class SanaAdapter(TrainerAdapter):
     """Options: ``launcher`` (argv that runs Python; overrides the baseline's), ``hook``
     (inject the trial-side hook: step times, memory, losses, real batches, the ``--vram-gb`` card;
@@ -123,15 +138,7 @@ class SanaAdapter(TrainerAdapter):
         self.hook = hook_option(options, self.name)
 
     def load_baseline(self, config: Path | None) -> Baseline:
-        if config is None:
-            raise UsageError(
-                "trainer 'sana' needs your training command: pass --config FILE with either a YAML "
-                "(script:, args:, optional launcher:, cwd:, env:) or a shell line like "
-                "'python train_dreambooth_lora_sana.py --train_batch_size=1 ...'"
-            )
-        path = Path(config)
-        text = read_config_text(path)
-        return self.baseline_from_text(text, path)
+        return read_baseline(config, self.baseline_from_text, NO_CONFIG)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
         source = str(path) if path else "<command>"
@@ -178,18 +185,10 @@ class SanaAdapter(TrainerAdapter):
             args = set_bool_flag(args, flag, merged[knob])
         return args
 
-    def write_trial(
-        self,
-        baseline: Baseline,
-        params: Params,
-        *,
-        gradient_accumulation_steps: int,
-        steps: int,
-        trial_dir: Path,
-    ) -> TrialLaunch:
-        args = self.knob_args(baseline, params, gradient_accumulation_steps)
-        args = set_value_flag(args, STEPS_FLAG, str(steps))
-        args = set_value_flag(args, OUTPUT_FLAG, str(trial_dir / "output"))
+    def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
+        args = self.knob_args(baseline, params, run.gradient_accumulation_steps)
+        args = set_value_flag(args, STEPS_FLAG, str(run.steps))
+        args = set_value_flag(args, OUTPUT_FLAG, str(run.trial_dir / "output"))
         for flag in DROP_VALUE_FLAGS:
             args = drop_value_flag(args, flag)
         for flag in DROP_BOOL_FLAGS:
@@ -198,8 +197,8 @@ class SanaAdapter(TrainerAdapter):
             args = set_value_flag(args, "--checkpointing_steps", str(_NEVER))
         record = dict(baseline.data)
         argv = self._argv(record, args, max(1, baseline.num_gpus))
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        (trial_dir / "config.yaml").write_text(
+        run.trial_dir.mkdir(parents=True, exist_ok=True)
+        (run.trial_dir / "config.yaml").write_text(
             # A record for people; the env goes to the trainer only (a hub token must not reach the disk).
             yaml.safe_dump(
                 {**record, "env": redacted_env(record["env"]), "args": args, "argv": argv},
@@ -208,7 +207,7 @@ class SanaAdapter(TrainerAdapter):
             ),
             encoding="utf-8",
         )
-        (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
+        (run.trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
         env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
         return TrialLaunch(
             argv=argv, cwd=Path(record["cwd"]), batch_size=int_flag(args, BATCH_FLAG, 1), env=env
