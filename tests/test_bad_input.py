@@ -126,7 +126,7 @@ ROWS: list[Row] = [
     row("card-too-small", "plan --vram-gb 8", "8 GB", "32 GB", "--force", "--vram-gb N"),
     # --- plan: trainers ------------------------------------------------------------------------
     row("unknown-trainer", f"{P} --trainer nope", "unknown trainer 'nope'", "ltx2, reference", "--trainer"),
-    row("trainer-without-baselines", f"{P} --trainer sana", "'sana'", "autotune sweep --trainer sana --config"),
+    row("trainer-without-baselines", f"{P} --trainer sana", "add --config FILE", "autotune sweep --trainer sana --config"),
     # --- plan: missing and wrong paths ------------------------------------------------------------
     row("trainer-dir-missing", f"{P} --trainer-dir {{tmp}}/nope", "--trainer-dir", "no such directory", "LTX-2"),
     row("trainer-dir-is-file", f"{P} --trainer-dir {{tmp}}/afile", "--trainer-dir", "is a file"),

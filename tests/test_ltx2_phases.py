@@ -208,3 +208,33 @@ def test_no_validation_in_trials_goes_only_with_a_trainer_that_validates(
     argv = ["sweep", "--trainer", "reference", "--no-validation-in-trials", "--workdir", str(tmp_path)]
     assert main(argv) == 2
     assert "--no-validation-in-trials goes with --trainer ltx2:" in capsys.readouterr().err
+
+
+def test_samples_per_second_under_validation_leave_the_pass_out_like_the_step_time(tmp_path: Path) -> None:
+    """The hook's lines of a real LTX-2 trial (400fd31, CPU, batch 1, 3 steps, validation after
+    step 2): step 3 holds the pass (61.8 s). Samples/s is the batch over the step time that
+    leaves it out (1 / 16.18 s = 0.062), never over a mean that keeps it (1 / 39.0 s = 0.026, what
+    a samples/s taken before the pass was dropped credited). The trainer's own 0.03 steps/s
+    (its whole loop, set-up and pass included) stays beside it."""
+    rows = [
+        {"event": "step", "step": 1, "step_time_s": 57.156, "samples": 2, "counted": True, "pid": 7},
+        {"event": "step", "step": 2, "step_time_s": 16.184, "samples": 1, "counted": True, "pid": 7},
+        {"event": "step", "step": 3, "step_time_s": 61.832, "samples": 1, "counted": True, "pid": 7},
+        {"event": "exit", "steps": 3, "pid": 7, "exception": None},
+    ]
+    _events(tmp_path / "hook.jsonl", rows)
+    record = {"batch_size": 1, "gradient_accumulation_steps": 1, "num_gpus": 1, "effective_batch": 1,
+              "steps": 3, "trainer": "ltx2", "validation_step": 2}  # fmt: skip
+    (tmp_path / "adapter.json").write_text(json.dumps(record))
+    log = (  # its statistics block as printed (trainer.py:324-325, 928), Rich's wide padding cut
+        "INFO     📊 Training Statistics:\n          - Total time: 1.6 minutes\n"
+        "          - Training speed: 0.03 steps/second\n          - Samples/second: 0.03\n"
+        "          - Peak GPU memory: 0.00 GB\n"
+    )
+    metrics = Ltx2Adapter().read_metrics(tmp_path, log)
+    assert metrics.timed_by == "hook" and metrics.step_time_s == pytest.approx(16.184)
+    assert metrics.samples_per_s == pytest.approx(1 / 16.184)
+    assert metrics.trainer_samples_per_s == pytest.approx(0.03)
+    (tmp_path / "adapter.json").write_text(json.dumps({**record, "validation_step": None}))
+    kept = Ltx2Adapter().read_metrics(tmp_path, log)  # no pass recorded: every steady step counts
+    assert kept.samples_per_s == pytest.approx(1 / ((16.184 + 61.832) / 2))

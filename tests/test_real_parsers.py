@@ -169,6 +169,8 @@ def _dpipe_baselines(tmp: Path, src: Path) -> dict[str, Path]:
 
 
 def test_diffusion_pipe_reads_every_rendered_trial_as_its_knobs_say(tmp_path: Path) -> None:
+    from autotune.trainers.dpipe.adapter import optimizer_family
+
     src = _checkout("tdrussell/diffusion-pipe", "AUTOTUNE_DPIPE_SRC", "train.py", "8f83dbf")
     adapter = get_adapter("diffusion-pipe", trainer_dir=str(src), hook=False)
     names = ["blocks_to_swap", "transformer_dtype", "activation_checkpointing", "optimizer", "batch_size"]
@@ -183,7 +185,10 @@ def test_diffusion_pipe_reads_every_rendered_trial_as_its_knobs_say(tmp_path: Pa
             "blocks_to_swap": [0, 16, limit] if "blocks_to_swap" in in_play else [None],
             "transformer_dtype": ["float8", "bfloat16"] if "transformer_dtype" in in_play else [None],
             "activation_checkpointing": ["unsloth", True, False],
-            "optimizer": ["AdamW8bitKahan", "adamw_optimi"] if "optimizer" in in_play else [None],
+            # the family of the config's own (adamw8bit -> adamw, AdamW8bitKahan -> adamw_optimi)
+            "optimizer": list(optimizer_family(adapter.baseline_params(baseline)["optimizer"]) or [None])
+            if "optimizer" in in_play
+            else [None],
         }
         for n, values in enumerate(itertools.product(*grid.values())):  # the batch alternates
             params = {k: v for k, v in zip(grid, values, strict=True) if v is not None}

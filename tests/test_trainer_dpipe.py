@@ -557,3 +557,36 @@ def test_hunyuan_video_swaps_at_most_36_blocks(tmp_path: Path) -> None:
         adapter.render(
             baseline, {"blocks_to_swap": 37}, gradient_accumulation_steps=1, steps=4, trial_dir=tmp_path / "b"
         )
+
+
+@pytest.mark.parametrize(
+    ("own", "swept", "held_back"),
+    [
+        ("adamw8bit", ("adamw8bit", "adamw"), ()),  # bitsandbytes.optim.AdamW8bit -> torch's AdamW
+        ("adamw", ("adamw",), ("adamw8bit",)),  # the 8-bit saver held back, no trial of optimi's
+        ("AdamW8bitKahan", ("AdamW8bitKahan", "adamw_optimi"), ()),
+        ("adamw_optimi", ("adamw_optimi",), ("AdamW8bitKahan",)),
+        ("sgd", None, ()),  # in no family: left as the config has it
+    ],
+)
+def test_the_optimizer_knob_turns_within_the_family_of_the_configs_own(
+    tmp_path: Path, own: str, swept: tuple[str, ...] | None, held_back: tuple[str, ...]
+) -> None:
+    """train.py:668-687 at 8f83dbf: 'adamw' is torch.optim.AdamW, 'adamw8bit' bitsandbytes'
+    AdamW8bit, 'adamw_optimi' optimi.AdamW, 'AdamW8bitKahan' optimizers/adamw_8bit.py. A baseline
+    relaxes its 8-bit states to its own family's AdamW and never costs a trial of the other's."""
+    from autotune.sweep.options import SweepOptions
+    from autotune.sweep.setup import plan_sweep
+
+    config = write_dpipe_setup(tmp_path, main=MAIN.replace("type = 'AdamW8bitKahan'", f"type = '{own}'"))
+    opts = SweepOptions(
+        trainer="diffusion-pipe", config=config, vram_gb=24.0, workdir=tmp_path / "runs",
+        trainer_options={"trainer_dir": FAKES / "diffusion-pipe", "launcher": [sys.executable]},
+    )  # fmt: skip
+    plan = plan_sweep(opts, None)
+    if swept is None:
+        assert "optimizer" not in plan.space.names and "optimizer" in plan.knobs_left_out
+        return
+    assert plan.space.knob("optimizer").values == swept
+    assert tuple(plan.settings.get("held_back", {}).get("optimizer", ())) == held_back
+    assert plan.space.fidelity.get("optimizer") in (swept[-1], None)

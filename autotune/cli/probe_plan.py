@@ -65,7 +65,9 @@ def add_plan(sub: argparse._SubParsersAction) -> None:
         action=TrainerFlag,
         plans=True,
         metavar="NAME",
-        help="whose baselines to plan from (default: ltx2)",
+        help="whose baselines to plan from (default: ltx2); any other trainer of 'autotune sweep --help' "
+        "ships none per card tier: give your own --config FILE and the plan checks it, prints the knobs "
+        "the sweep would try and the sweep command to run",
     )
     p.add_argument(
         "--trainer-dir",
@@ -141,6 +143,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
     from autotune.plan.baseline import make_plan, write_plan
+    from autotune.trainers import adapter_class, adapter_names
+
+    if args.trainer in adapter_names() and not adapter_class(args.trainer).traits.plan_baselines:
+        from autotune.cli.plan_own import own_config_plan, render_own_plan
+
+        own = own_config_plan(args)
+        print(json.dumps(own, indent=2) if args.json else render_own_plan(own))
+        return EXIT_OK
 
     plan = make_plan(
         trainer=args.trainer,

@@ -152,7 +152,7 @@ def plan_sweep(
     gate(opts, adapter, card)
 
     knob_path = opts.knob_file or adapter.knob_path()
-    knob_data = read_knob_file(knob_path)
+    knob_data = adapter.knob_file_data(baseline, read_knob_file(knob_path))
     base_params = adapter.baseline_params(baseline)
     check_baseline_values(base_params, knob_data, lambda param: adapter.knob_location(baseline, param))
     base_ga = int(base_params.pop("gradient_accumulation_steps", 1) or 1)

@@ -256,6 +256,11 @@ class TrainerAdapter(ABC):
         Wan 14B, fewer for 1.3B), overriding the knob file's ``max``; empty: the file's."""
         return {}
 
+    def knob_file_data(self, baseline: Baseline, data: Any) -> Any:
+        """The parsed knob file as this baseline sweeps it (an adapter may narrow a knob's values to
+        the family the baseline's own value belongs to); the default: the file as written."""
+        return data
+
     def knob_path(self) -> Path:
         """This trainer's knob file (``configs/knobs/<knob_file>``, or ``knob_file`` when absolute)."""
         from autotune.config.knobs import knob_path

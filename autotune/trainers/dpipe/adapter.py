@@ -184,6 +184,25 @@ class DiffusionPipeAdapter(TrainerAdapter):
     def _swap_limit(self, baseline: Baseline) -> int | None:
         return swap_limit(table(baseline.data, "model"), self._cwd_or_none(baseline))
 
+    def knob_file_data(self, baseline: Baseline, data: Any) -> Any:
+        """The optimizer knob narrowed to the family of the config's own optimizer
+        (``OPTIMIZER_FAMILIES``), the family's full-precision AdamW preferred: an 8-bit baseline
+        relaxes to its own family's AdamW and never costs a trial of the other's; a config whose
+        optimizer is in no family keeps the knob out of play (``knobs_in_play``)."""
+        family = optimizer_family(self.baseline_params(baseline).get("optimizer"))
+        if family is None or not isinstance(data, dict) or not isinstance(data.get("knobs"), list):
+            return data
+        knobs = [
+            {**k, "values": [v for v in k["values"] if v in family]}
+            if isinstance(k, dict) and k.get("name") == "optimizer" and isinstance(k.get("values"), list)
+            else k
+            for k in data["knobs"]
+        ]
+        fidelity = data.get("fidelity")
+        if isinstance(fidelity, dict) and "optimizer" in fidelity:
+            fidelity = {**fidelity, "optimizer": family[-1]}
+        return {**data, "knobs": knobs, **({"fidelity": fidelity} if fidelity is not None else {})}
+
     def _knob_values(self) -> dict[str, tuple[Any, ...]]:
         from autotune.config.knobs import read_knob_file
 
@@ -312,3 +331,14 @@ class DiffusionPipeAdapter(TrainerAdapter):
         argv = self.launch_command(base, Path(config_path).resolve())
         cwd = self._cwd_or_none(base)
         return f"cd {shlex.quote(str(cwd or 'diffusion-pipe'))} && {shlex.join(argv)}"
+
+
+#: The optimizer families the knob turns within, each 8-bit states first, then its full AdamW
+#: (train.py:668-687): optimi's AdamW8bitKahan (optimizers/adamw_8bit.py) and optimi.AdamW;
+#: bitsandbytes' AdamW8bit and torch's AdamW.
+OPTIMIZER_FAMILIES: tuple[tuple[str, ...], ...] = (("AdamW8bitKahan", "adamw_optimi"), ("adamw8bit", "adamw"))
+
+
+def optimizer_family(value: Any) -> tuple[str, ...] | None:
+    """The family of an optimizer type as the knob file spells it, or ``None``."""
+    return next((f for f in OPTIMIZER_FAMILIES if value in f), None)
