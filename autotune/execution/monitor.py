@@ -130,6 +130,11 @@ class ResourceMonitor:
         usage: dict[int, int] = {}
         vram = self._vram({p.pid for p in procs}, usage) if self.nvml is not None else None
         self._load.sample(procs, usage)
+        if not rss and vram is None:
+            # Nothing of the trial could be read: it has exited, is a zombie, or is mid-exec (the
+            # kernel shows 0 resident bytes while execve swaps its memory). No sample, rather
+            # than a timeline row that says the trial held 0 bytes.
+            return
         self._samples += 1
         self._peak_rss = max(self._peak_rss, rss)
         if vram is not None:
@@ -138,7 +143,7 @@ class ResourceMonitor:
             t = time.monotonic() - self._t0
             try:
                 self._writer.writerow(
-                    [f"{t:.3f}", "" if vram is None else f"{vram / GIB:.4f}", f"{rss / GIB:.4f}"]
+                    [f"{t:.3f}", "" if vram is None else f"{vram / GIB:.6f}", f"{rss / GIB:.6f}"]
                 )
             except OSError:  # a full or read-only disk: the peaks still count, the timeline stops
                 self._writer = None
