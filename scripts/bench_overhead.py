@@ -50,18 +50,20 @@ QUANTS = [f"q{i:03d}" for i in range(160)]  # 160 x 2 x 2 x 4 batch sizes = 2560
 MAX_BATCH = 4
 
 
-def _write_inputs(folder: Path) -> tuple[Path, Path, str]:
+def write_inputs(folder: Path, quants: list[str] = QUANTS) -> tuple[Path, Path, str]:
+    """The soak sweep's knob file, baseline and template (also the soak test's): ``quants`` many
+    quantization values, so the grid is large while every trial of the soak trainer is instant."""
     knobs = folder / "knobs.yaml"
     knobs.write_text(
         json.dumps(
             {
                 "knobs": [
-                    {"name": "quantization", "values": QUANTS},
+                    {"name": "quantization", "values": quants},
                     {"name": "optimizer", "values": ["adamw8bit", "adamw"]},
                     {"name": "batch_size", "type": "int"},
                     {"name": "gradient_checkpointing", "values": [True, False]},
                 ],
-                "fidelity": {"quantization": QUANTS[-1], "optimizer": "adamw"},
+                "fidelity": {"quantization": quants[-1], "optimizer": "adamw"},
             }
         )
     )
@@ -87,7 +89,7 @@ def _sweep(folder: Path, max_trials: int, profile: Path | None = None) -> dict[s
     from autotune.sweep.options import SweepOptions
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    knobs, base, template = _write_inputs(folder)
+    knobs, base, template = write_inputs(folder)
     opts = SweepOptions(
         trainer="command", config=base, workdir=folder / "runs", study="bench", cmd=template,
         knob_file=knobs, vram_gb=16, steps=3, max_batch_size=MAX_BATCH, max_trials=max_trials,

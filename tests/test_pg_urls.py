@@ -24,7 +24,7 @@ def _sweep(folder: Path, url: str, trials: int) -> tuple[str, object]:
     from autotune.sweep.options import SweepOptions
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    knobs, base, template = bench._write_inputs(folder)
+    knobs, base, template = bench.write_inputs(folder)
     opts = SweepOptions(
         trainer="command", config=base, workdir=folder / "runs", study="pg", cmd=template, storage=url,
         knob_file=knobs, vram_gb=16, steps=3, max_batch_size=1, max_trials=trials,

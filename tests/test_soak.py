@@ -11,10 +11,8 @@ rises with each), so the search has more than 200 candidates worth measuring.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shlex
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FAKES, cli_env
+from scripts.bench_overhead import write_inputs
+from tests.helpers import cli_env
 
 pytestmark = pytest.mark.soak
 
@@ -58,30 +57,7 @@ def _proc_figures(pid: int) -> tuple[float, int]:
 
 @pytest.mark.timeout(600)
 def test_200_trials_all_recorded_with_flat_memory_and_descriptors(tmp_path: Path) -> None:
-    quants = [f"q{i:03d}" for i in range(120)]
-    knobs = tmp_path / "knobs.yaml"
-    knobs.write_text(
-        json.dumps(
-            {
-                "knobs": [
-                    {"name": "quantization", "values": quants},
-                    {"name": "optimizer", "values": ["adamw8bit", "adamw"]},
-                    {"name": "batch_size", "type": "int"},
-                    {"name": "gradient_checkpointing", "values": [True, False]},
-                ],
-                "fidelity": {"quantization": quants[-1], "optimizer": "adamw"},
-            }
-        )
-    )
-    base = tmp_path / "base.yaml"
-    base.write_text(
-        "quantization: q000\noptimizer: adamw8bit\nbatch_size: 1\ngradient_checkpointing: true\n"
-        "gradient_accumulation_steps: 1\n"
-    )
-    template = (
-        f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'soak_trainer.py'))} "
-        "{quantization} {optimizer} {batch_size} {gradient_checkpointing}"
-    )
+    knobs, base, template = write_inputs(tmp_path, [f"q{i:03d}" for i in range(120)])
     env = cli_env(keep_pythonpath=False, PYTHONUNBUFFERED="1")
     t0 = time.monotonic()
     proc = subprocess.Popen(

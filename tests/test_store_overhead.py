@@ -65,7 +65,7 @@ def _per_trial(tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch) -> li
         from autotune.sweep.options import SweepOptions
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        knobs, base, template = bench._write_inputs(folder)
+        knobs, base, template = bench.write_inputs(folder)
         opts = SweepOptions(
             trainer="command", config=base, workdir=folder / "runs", study="bench", cmd=template,
             knob_file=knobs, vram_gb=16, steps=3, max_batch_size=bench.MAX_BATCH, max_trials=size + 4,

@@ -24,7 +24,7 @@ from tests.faultfs import read_only
 def _opts(folder: Path, trials: int):  # type: ignore[no-untyped-def]
     from autotune.sweep.options import SweepOptions
 
-    knobs, base, template = bench._write_inputs(folder)
+    knobs, base, template = bench.write_inputs(folder)
     return SweepOptions(
         trainer="command", config=base, workdir=folder / "runs", study="ro", cmd=template,
         knob_file=knobs, vram_gb=16, steps=3, max_batch_size=1, max_trials=trials,
