@@ -19,7 +19,6 @@ from autotune.trainers.kit.readers.hookfile import read_hook_file
 from autotune.trainers.kit.readers.iterlog import read_iter_lines
 from autotune.trainers.kit.readers.tqdmbar import parse_bars, read_lightning, read_tqdm, training_bar
 from autotune.trainers.registry import get_adapter
-from autotune.trainers.sana.adapter import parse_tqdm
 from tests.helpers import need_shared, shared_path
 
 HF = shared_path("hf-trainer-real")
@@ -133,13 +132,14 @@ def test_sana_tqdm_reading_is_the_steady_rate_not_the_close_line(run: str) -> No
     close = _close_line_seconds(text)
     assert abs(metrics.step_time_s - truth) < abs(close - truth)
     assert metrics.step_time_s == pytest.approx(truth, rel=0.35)
-    assert parse_tqdm(text)[0] == metrics.step_time_s
 
 
 def test_sana_bs1_ok_is_not_the_whole_run_average() -> None:
     _need(SANA)
     text = (SANA / "bs1_ok" / "stderr.log").read_text()
-    step_time, losses = parse_tqdm(text)
+    metrics = read_tqdm(text)
+    assert metrics is not None
+    step_time, losses = metrics.step_time_s, metrics.losses
     assert step_time is not None and step_time < 0.3  # the close line says 1/2.59 = 0.386 s
     assert len(losses) == 30 and losses[-1] == pytest.approx(1.32)
 

@@ -14,7 +14,8 @@ from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers import get_adapter
 from autotune.trainers.kit.argv import drop_value_flag, flag_value, set_bool_flag, set_value_flag
-from autotune.trainers.sana.adapter import SanaAdapter, parse_tqdm
+from autotune.trainers.kit.readers.tqdmbar import read_tqdm
+from autotune.trainers.sana.adapter import SanaAdapter
 from tests.conftest import FAKES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,8 +92,11 @@ def test_flag_value_last_wins() -> None:
         ("", None, []),
     ],
 )
-def test_parse_tqdm(text: str, step_time: object, losses: object) -> None:
-    got_time, got_losses = parse_tqdm(text)
+def test_the_training_bar_gives_steady_step_time_and_losses(
+    text: str, step_time: object, losses: object
+) -> None:
+    metrics = read_tqdm(text)
+    got_time, got_losses = (metrics.step_time_s, metrics.losses) if metrics is not None else (None, [])
     assert got_time == step_time
     if losses == "nan":
         assert len(got_losses) == 1 and got_losses[0] != got_losses[0]

@@ -145,11 +145,6 @@ class HostLoad:
         """CPU seconds the trial's processes used, as last seen (this sweep's not included)."""
         return sum(self._tree_cpu.values())
 
-    def own_cores(self) -> float | None:
-        """The trial tree's own CPU use over the run, in average cores."""
-        span = self._span()
-        return None if span is None else self.own_cpu_s() / span
-
     def others_cores(self) -> float | None:
         """Others' CPU load over the run, in average cores; ``None`` before a second of data."""
         span = self._span()

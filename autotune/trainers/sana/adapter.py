@@ -94,12 +94,6 @@ DROP_BOOL_FLAGS = ("--push_to_hub",)
 _NEVER = 10**9  # checkpointing_steps for a trial: never
 
 
-def parse_tqdm(text: str) -> tuple[float | None, list[float]]:
-    """Steady seconds per step from the training bar's per-update rates, and its ``loss=`` postfixes."""
-    metrics = read_tqdm(text)
-    return (metrics.step_time_s, metrics.losses) if metrics is not None else (None, [])
-
-
 # --- the adapter -------------------------------------------------------------------------------
 
 
