@@ -1,5 +1,5 @@
-"""Fixtures shared by the test files. Helpers (the CLI's environment and runner, waits, the shared
-fixture finder) live in ``tests/helpers``; the names below stay importable from here too."""
+"""Fixtures shared by the test files (pytest's only). Helpers to import (the CLI's environment and
+runner, waits, the shared fixture finder) live in ``tests/helpers``."""
 
 from __future__ import annotations
 
@@ -7,15 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FAKES, IN_CI, REPO, shared_fixture, shared_path
+from tests.helpers import shared_fixture
 
 # The throwaway PostgreSQL server (fixtures pg_server, pg_url) for the multi-worker tests.
 pytest_plugins = ["tests.pg"]
-
-__all__ = ["FAKES", "IN_CI", "REPO", "SHARED_LTX2"]
-
-#: Where the real LTX-2 trainer's configs, logs and schema are (it may not exist: use the fixture).
-SHARED_LTX2 = shared_path("ltx2")
 
 
 @pytest.fixture

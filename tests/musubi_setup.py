@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 FAKE_MUSUBI = FAKES / "musubi-tuner"
 

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from autotune.errors import StorageError
 from autotune.store.storage import open_storage
 from autotune.store.urls import redact_url
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def _extras() -> dict[str, list[str]]:

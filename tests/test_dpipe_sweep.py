@@ -27,7 +27,7 @@ from unittest import mock
 import pytest
 
 from autotune.cli import main
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 from tests.test_trainer_dpipe import MAIN, write_dpipe_setup
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]

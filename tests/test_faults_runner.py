@@ -90,7 +90,7 @@ def test_stop_ends_a_setsid_grandchild_without_waiting_out_the_grace(tmp_path: P
     import json
     import threading
 
-    from tests.conftest import FAKES
+    from tests.helpers import FAKES
 
     trial_dir = tmp_path / "trial-0000"
     spec = LaunchSpec(argv=(sys.executable, str(FAKES / "family_trainer.py"), str(trial_dir)), cwd=tmp_path)

@@ -19,7 +19,7 @@ from autotune.execution.proctree import MARK_VAR, is_alive, kill_tree, read_proc
 from autotune.execution.runner import RunLimits, run_trial
 from autotune.gpu.drain import GpuBusyError, describe_holders, used_bytes, wait_for_drain
 from autotune.gpu.nvml import GIB, DeviceInfo
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 FAKE = FAKES / "fake_trainer.py"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAKES, REPO
+from tests.helpers import FAKES, REPO
 
 HOOK_DIR = REPO / "trials" / "hook"
 SCRIPT = FAKES / "plain_torch_train.py"

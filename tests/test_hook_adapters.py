@@ -17,8 +17,8 @@ from autotune.trainers import adapter_class, adapter_names, get_adapter
 from autotune.trainers.base import Baseline
 from autotune.trainers.kit.common import hook_dir
 from autotune.trainers.kit.readers.hookfile import read_hook_file
-from tests.conftest import FAKES
 from tests.fake_nvml import FakeNvml
+from tests.helpers import FAKES
 
 SCRIPT = FAKES / "plain_torch_train.py"
 HOOK = str(hook_dir())

@@ -19,7 +19,7 @@ import pytest
 
 from autotune.sweep.api import run_sweep
 from autotune.sweep.options import SweepOptions
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.process]

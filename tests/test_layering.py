@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 #: Lowest first. A module at the top of ``autotune/`` is its own layer (``errors``, ``cli``...).
 LAYERS = [

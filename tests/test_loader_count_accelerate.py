@@ -18,7 +18,7 @@ from autotune.core.timing import warmup_count
 from autotune.core.verdict import combine
 from autotune.trainers.kit.common import hook_env
 from autotune.trainers.kit.readers.hookfile import load_event, read_hook_file
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 pytest.importorskip("accelerate")
 pytestmark = [pytest.mark.torch, pytest.mark.process]

@@ -19,7 +19,7 @@ from autotune.core.metrics import TrialMetrics
 from autotune.trainers import get_adapter
 from autotune.trainers.kit.readers.phases import SAVE, TRAINING, VALIDATION, read_phase_peaks, without_step
 from autotune.trainers.ltx2.adapter import Ltx2Adapter, trial_recipe
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 FAKE = FAKES / "ltx2-trainer"
 

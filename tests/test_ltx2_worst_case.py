@@ -20,7 +20,7 @@ import pytest
 from autotune.trainers import get_adapter
 from autotune.trainers.ltx2.latents import LatentShape, latent_shape
 from autotune.trainers.ltx2.view import VIEW_DIR, build_view, read_buckets
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 pytestmark = pytest.mark.torch
 

@@ -27,7 +27,7 @@ from optuna.storages._rdb import models
 from autotune.store.postgres import PG_SETUP_LOCK_KEY
 from autotune.store.storage import open_storage
 from autotune.store.study import study_names
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.pg import PostgresServer
 
 pytestmark = pytest.mark.postgres

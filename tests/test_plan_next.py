@@ -14,7 +14,7 @@ import optuna
 import pytest
 
 from autotune.cli import main
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 pytestmark = [pytest.mark.process, pytest.mark.torch]
 

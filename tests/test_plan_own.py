@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAKES
-from tests.helpers import run_cli
+from tests.helpers import FAKES, run_cli
 from tests.musubi_setup import make_setup
 from tests.test_trainer_aitoolkit import JOB
 from tests.test_trainer_dpipe import write_dpipe_setup

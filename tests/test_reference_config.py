@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from trials.reference.config import ConfigError, parse_config
 
 BASELINES = REPO / "configs" / "reference"

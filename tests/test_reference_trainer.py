@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from trials.reference.config import DataShape, ModelShape, TrainConfig, parse_config
 
 torch = pytest.importorskip("torch")

@@ -18,7 +18,7 @@ from autotune.cli import main
 from autotune.errors import StorageError
 from autotune.report import build as rep
 from autotune.trainers import registry as trainer_registry
-from tests.conftest import IN_CI
+from tests.helpers import IN_CI
 from tests.pngread import colour_counts, read_png
 from tests.report_study import BASE, KNOB_KEYS, TEST_TRAINER, YamlTestAdapter, build_study, clone_study
 

@@ -20,7 +20,7 @@ from autotune.errors import LaunchError
 from autotune.execution.launch import LaunchSpec
 from autotune.execution.proctree import is_alive
 from autotune.execution.runner import TAIL_BYTES, RunLimits, RunResult, run_trial
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 FAKE = FAKES / "fake_trainer.py"
 QUICK = RunLimits(wall_timeout_s=20, stall_timeout_s=10, grace_s=1.0, oom_grace_s=1.0)

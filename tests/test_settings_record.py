@@ -25,7 +25,7 @@ from autotune.store.settings import (
 from autotune.store.storage import open_storage
 from autotune.sweep.options import SweepOptions
 from autotune.sweep.setup import SweepPlan, plan_sweep
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 TEMPLATE = (
     f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'sweep_trainer.py'))} "

@@ -14,7 +14,6 @@ import pytest
 
 from autotune.core.space import Candidate, Space
 from autotune.core.strategy import Observation, Strategy
-from tests.conftest import FAKES
 from tests.fakes.landscape import (
     KNOBS_YAML,
     SCRIPT_KNOBS_YAML,
@@ -25,6 +24,7 @@ from tests.fakes.landscape import (
     space_of,
     suite,
 )
+from tests.helpers import FAKES
 
 CARD = 80.0
 HEADROOM = 0.1  # fit line: 72 GB

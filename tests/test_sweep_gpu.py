@@ -12,8 +12,8 @@ import pytest
 from autotune.errors import GpuBusyError, UnsupportedCardError
 from autotune.sweep.api import run_sweep
 from autotune.sweep.options import SweepOptions
-from tests.conftest import FAKES
 from tests.fake_nvml import RTX4090, FakeNvml
+from tests.helpers import FAKES
 
 TEMPLATE = (
     f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'sweep_trainer.py'))} "

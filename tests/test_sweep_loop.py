@@ -27,7 +27,7 @@ from autotune.sweep.options import SweepOptions
 from autotune.sweep.progress import Progress
 from autotune.sweep.scheduler import ClaimedScheduler, LocalScheduler, Proposal, Scheduler, Step
 from autotune.sweep.setup import SweepPlan, plan_sweep
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 TEMPLATE = (
     f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKES / 'sweep_trainer.py'))} "

@@ -27,7 +27,7 @@ from autotune.trainers import get_adapter
 from autotune.trainers.aitoolkit.adapter import AiToolkitAdapter
 from autotune.trainers.base import Baseline
 from autotune.trainers.kit.readers.aitklog import read_aitk_output
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 FAKE = FAKES / "ai-toolkit"
 

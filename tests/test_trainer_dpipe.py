@@ -21,7 +21,7 @@ from autotune.trainers.dpipe.adapter import DiffusionPipeAdapter
 from autotune.trainers.dpipe.data import keep_largest_bucket, largest_bucket
 from autotune.trainers.kit.bucket import Bucket
 from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 FAKE_DIR = FAKES / "diffusion-pipe"
 KNOBS = ["blocks_to_swap", "transformer_dtype", "activation_checkpointing", "optimizer", "batch_size"]

@@ -18,7 +18,7 @@ from autotune.errors import CandidateRefused, UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers import get_adapter
 from autotune.trainers.ltx2.adapter import GRAD_ACCUM_KEY, KNOB_KEYS, Ltx2Adapter, trial_recipe
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 FAKE_TRAINER = FAKES / "ltx2-trainer"
 CANDIDATES = [

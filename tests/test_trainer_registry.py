@@ -12,7 +12,7 @@ import pytest
 
 from autotune.cli.parser import build_parser
 from autotune.trainers import adapter_class, adapter_names, registry
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 #: A trainer of one optimizer step per line that writes the metrics file ``--cmd`` trainers may write.
 TRAIN = """\

@@ -16,7 +16,7 @@ from autotune.trainers import get_adapter
 from autotune.trainers.kit.argv import drop_value_flag, flag_value, set_bool_flag, set_value_flag
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm
 from autotune.trainers.sana.adapter import SanaAdapter
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 REPO = Path(__file__).resolve().parent.parent
 HOOK = REPO / "trials" / "hook" / "sitecustomize.py"

@@ -20,7 +20,7 @@ from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.trainers import get_adapter
 from autotune.trainers.kit.readers.ltx2log import parse_ltx2_output
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 
 LOGS = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "ltx2" / "logs"
 FAKE = FAKES / "ltx2-trainer"

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from autotune.trainers import Baseline, TrainerAdapter, get_adapter
-from tests.conftest import FAKES
+from tests.helpers import FAKES
 from tests.trainers import Case
 
 DPIPE_PARAMS = {
