@@ -115,30 +115,45 @@ def pick_batch(
         (space.batch(c), p.peak) for c, p in k.points.items() if space.family(c) == fam and p.peak is not None
     )
     ooms = sorted(space.batch(c) for c in k.nofit if space.family(c) == fam)
-    floor = max((space.batch(c) for c, p in k.points.items() if space.family(c) == fam and p.fits), default=0)
+    floor, ceiling = limits(grid, k, fam)
     above = [b for b in ooms if b > floor]
-    ceiling = min(above, default=math.inf)
-    for b in grid.batches:  # a batch dominance rules out also caps the frontier
-        if floor < b < ceiling and dominators(grid, k, space.with_batch(fam, b)):
-            ceiling = b
-            break
-    frontier = [c for c in members if floor < space.batch(c) < ceiling]
-    if not frontier:
+    front = frontier(grid, k, fam, members)
+    if not front:
         measured = sorted({space.batch(c) for c in k.points if space.family(c) == fam})
         return bisect_gap(grid, members, measured, bounds)
     if not own and (ooms or start_low):
-        return frontier[0]  # the neighbours' line was far off (checkpointing off, say): start low
+        return front[0]  # the neighbours' line was far off (checkpointing off, say): start low
     line = memory_line(space, k, fam, own, ooms, card_gb)
     if line is None:
-        target = 2 * floor if floor else space.batch(frontier[0])
+        target = 2 * floor if floor else space.batch(front[0])
     else:
         intercept, slope = line
         predicted = [b for b in grid.batches if floor < b < ceiling and intercept + slope * b <= fit_limit_gb]
         target = predicted[-1] if predicted else floor + 1
         if len(above) >= 2 and math.isfinite(ceiling):
             target = min(target, max(floor + 1, (floor + int(ceiling)) // 2))
-    below = [c for c in frontier if space.batch(c) <= target]
-    return below[-1] if below else frontier[0]
+    below = [c for c in front if space.batch(c) <= target]
+    return below[-1] if below else front[0]
+
+
+def limits(grid: Grid, k: Knowledge, fam: Candidate) -> tuple[int, float]:
+    """The family's largest measured fit (``floor``, 0: none) and smallest proven non-fit above it
+    (``ceiling``, inf: none; a batch dominance rules out counts as one)."""
+    space = grid.space
+    floor = max((space.batch(c) for c, p in k.points.items() if space.family(c) == fam and p.fits), default=0)
+    above = (space.batch(c) for c in k.nofit if space.family(c) == fam and space.batch(c) > floor)
+    ceiling = min(above, default=math.inf)
+    for b in grid.batches:
+        if floor < b < ceiling and dominators(grid, k, space.with_batch(fam, b)):
+            return floor, b
+    return floor, ceiling
+
+
+def frontier(grid: Grid, k: Knowledge, fam: Candidate, members: Sequence[Candidate]) -> list[Candidate]:
+    """The members between the family's ``limits``: empty once its memory limit is known, when all
+    that is left of it is speed probes between measured batches (``bisect_gap``)."""
+    floor, ceiling = limits(grid, k, fam)
+    return [c for c in members if floor < grid.batch(c) < ceiling]
 
 
 def bisect_gap(

@@ -23,6 +23,14 @@ Definitions the sweep and the report rely on:
   predicts the largest fitting batch, and the next probe goes there; the batch above the
   largest measured fit is then run too, so the limit is proven on both sides
   (``autotune.core.memory.pick_batch``). Only real runs decide fit.
+- **Order of work**: the baseline's family first, then the others in ``Grid.families`` order,
+  each searched (its memory limit, then its gaps) while it holds a candidate that could still
+  win; but a family that has never run and whose speed nothing bounds gets its first probe
+  before any family's search goes deeper, and once all that is left of a family is speed probes
+  between its measured batches (its memory frontier is empty), the first family with a bound
+  above every one of those by more than ``min_gain`` goes first: even if the gaps gave all their
+  bounds allow it could still win, so it runs unless they come out low, and its run may settle
+  them (checkpointing off winning outright ends checkpointing on's gaps).
 - **Speed upper bound** ``UB(c)``: how fast an unmeasured candidate could possibly be,
   from the family's measured step times (step time never falls as the batch grows and
   is convex in it), across families the ``speed_priors`` and the speed ratios learned
@@ -282,6 +290,17 @@ class Strategy:
                     out[c] = ub[c]
         return out
 
+    def _above_the_gaps(self, k: Knowledge, could: dict[Candidate, float], fam: Candidate) -> Candidate:
+        """``fam``, or, once all that is left of it is speed probes between its measured batches, the
+        first family with a bound above every one of theirs by more than ``min_gain`` ("Order")."""
+        grid = self._grid
+        members = [c for c in could if grid.family(c) == fam]
+        if memory.frontier(grid, k, fam, members):
+            return fam
+        gaps = max(could[c] for c in members) * (1 + self.min_gain)
+        above = {grid.family(c) for c, ub in could.items() if ub > gaps}
+        return next((f for f in grid.families if f in above), fam)
+
     def next_candidate(self, history: Sequence[Observation]) -> Candidate | None:
         """The next candidate to run, or None when no unmeasured candidate can still win."""
         k = self._read(history)
@@ -302,21 +321,19 @@ class Strategy:
         touched = {grid.family(c) for c in (*k.seen, *k.running)}
         unbounded = {grid.family(c) for c, ub in could.items() if math.isinf(ub)}
         fresh = [f for f in grid.families if f not in touched and f in unbounded]
-        # A family each, early: one that has never run and whose speed nothing bounds yet (a
-        # second precision, a declared knob's other value: no prior relates it to what ran) gets
-        # its first probe before any family's search goes deeper, so it is measured while the
-        # first family's batches are still being bracketed, not after.
-        for fam in (*fresh, *grid.families):
-            members = sorted((c for c in could if grid.family(c) == fam), key=grid.batch)
-            if members:
-                return memory.pick_batch(
-                    grid,
-                    k,
-                    fam,
-                    members,
-                    card_gb=self.card_gb,
-                    fit_limit_gb=self.fit_limit_gb,
-                    start_low=self.start_low,
-                    bounds=could,
-                )
-        return None  # unreachable: every candidate belongs to a family
+        # "Order of work": a family that has never run and whose speed nothing bounds yet (a
+        # second precision, a declared knob's other value: no prior relates it to what ran) is
+        # measured while the first family's batches are still being bracketed, not after; and a
+        # family down to its gaps yields to one whose bound is above all of them.
+        fam = next(f for f in (*fresh, *grid.families) if any(grid.family(c) == f for c in could))
+        fam = self._above_the_gaps(k, could, fam)
+        return memory.pick_batch(
+            grid,
+            k,
+            fam,
+            sorted((c for c in could if grid.family(c) == fam), key=grid.batch),
+            card_gb=self.card_gb,
+            fit_limit_gb=self.fit_limit_gb,
+            start_low=self.start_low,
+            bounds=could,
+        )
