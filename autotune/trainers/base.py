@@ -153,6 +153,31 @@ class TrialLaunch:
     record: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Winner:
+    """The winner to launch, as the report knows it: what ``training_command`` may spell out. A
+    trainer driven by its config file needs none of it, a flag-driven one the baseline, a template
+    trainer all of it (its placeholders are filled from it)."""
+
+    baseline: Baseline | None = None
+    params: Params | None = None
+    gradient_accumulation_steps: int | None = None
+    #: The full run's step count (``None``: the baseline config's own).
+    steps: int | None = None
+    #: The winning trial's folder.
+    trial_dir: Path | None = None
+    #: A placeholder the command would leave unfilled is an error (the report prints no command with a hole).
+    complete: bool = False
+
+    def baseline_or_empty(self, trainer: str) -> Baseline:
+        """The winner's baseline, else an empty one of ``trainer`` (the adapter's own defaults)."""
+        return self.baseline or Baseline(trainer=trainer, text="", data={})
+
+
+#: No winner known: the command from the config path alone.
+NO_WINNER = Winner()
+
+
 class TrainerAdapter(ABC):
     """One trainer. Subclasses set ``name`` and are listed in ``autotune.trainers.registry``."""
 
@@ -222,18 +247,11 @@ class TrainerAdapter(ABC):
         """The winning config in the trainer's own format: the baseline with only the knobs changed."""
 
     @abstractmethod
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
         """The shell command that runs the full training with ``config_path`` (``final_config`` written there).
 
-        Flag-driven trainers need ``baseline`` and ``params`` to spell the command out;
-        YAML-driven ones only the path.
+        Flag-driven trainers spell the command out from ``winner``'s baseline and params;
+        YAML-driven ones need only the path.
         """
 
     def check_steps(self, steps: int) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config.shellscript import parse_launch_script
+from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError
 from autotune.execution.launch import env_prefix, is_secret_name
 
@@ -31,6 +32,21 @@ def command_lines(record: dict[str, Any], argv: Sequence[str]) -> list[str]:
     env = env_prefix(record["env"])
     lines.append(f"cd {shlex.quote(record['cwd'])} && " + (env + " " if env else "") + _wrap_argv(argv))
     return lines
+
+
+def read_launch_record(text: str, path: Path | None) -> dict[str, Any]:
+    """The launch record of a baseline's text, in the YAML form (``script:``, ``args:``...) or a
+    launcher script; relative folders start at ``path``'s folder (no path: the current one)."""
+    source = str(path) if path else "<command>"
+    folder = str(Path(path).resolve().parent) if path else str(Path.cwd())
+    data: Any
+    try:
+        data = load_yaml(text, source)
+    except ConfigError:
+        data = None
+    if isinstance(data, dict) and ("script" in data or "args" in data):
+        return record_from_yaml(data, source, folder)
+    return record_from_command(text, source, folder)
 
 
 def record_from_yaml(data: dict[str, Any], source: str, folder: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ directory. Its numbers come from its own ``Step`` lines and statistics block
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -23,21 +22,22 @@ from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.trainers.base import (
     NO_CUDA_KEY,
+    NO_WINNER,
     Baseline,
     Params,
     TrainerAdapter,
     TrainerTraits,
     TrialLaunch,
     TrialRun,
+    Winner,
     read_baseline,
 )
 from autotune.trainers.kit.common import (
+    adapter_options,
     check_params,
     check_positive_int,
-    hook_option,
-    launcher_option,
+    folder_command,
     same_value,
-    take_options,
 )
 from autotune.trainers.kit.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY
 from autotune.trainers.kit.yamlkeys import GRAD_ACCUM_KEY as GRAD_ACCUM_KEY  # re-exported: tests
@@ -124,16 +124,13 @@ class Ltx2Adapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(
+        shared = adapter_options(
             options,
             self.name,
             ("trainer_dir", "launcher", "accelerate_config", "hook", "trial_validation", "data_view"),
         )
-        trainer_dir = options.get("trainer_dir")
-        self.trainer_dir = Path(trainer_dir) if trainer_dir else None
-        self.launcher: list[str] | None = launcher_option(options)
+        self.trainer_dir, self.launcher, self.hook = shared.trainer_dir, shared.launcher, shared.hook
         self.accelerate_config: str | None = options.get("accelerate_config")
-        self.hook = hook_option(options, self.name)
         self.trial_validation = flag_option(options, "trial_validation", self.name)
         self.data_view = flag_option(options, "data_view", self.name)
         self._views = ViewCache()
@@ -303,22 +300,15 @@ class Ltx2Adapter(TrainerAdapter):
         cfg.set_many({k: v for k, v in knobs if not cfg.has(k) or not same_value(cfg.get(k), v)})
         return cfg.dump()
 
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
-        base = baseline or Baseline(trainer=self.name, text="", data={})
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
+        base = winner.baseline_or_empty(self.name)
         config_path = Path(config_path).resolve()
         argv = self.launch_argv(base, config_path, progress_bars=True)
         try:
             cwd = str(self.cwd(base))
         except UsageError:
             cwd = TRAINER_SUBDIR
-        return f"cd {shlex.quote(cwd)} && {shlex.join(argv)}"
+        return folder_command(cwd, argv)
 
 
 def check_knob_values(

@@ -54,17 +54,18 @@ from typing import Any, ClassVar
 import yaml
 
 from autotune.config.tomledit import TomlConfig
-from autotune.core.metrics import Readings, TrialMetrics
-from autotune.core.verdict import combine
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import UsageError
 from autotune.execution.launch import redacted_env
 from autotune.trainers.base import (
+    NO_WINNER,
     Baseline,
     Params,
     TrainerAdapter,
     TrainerTraits,
     TrialLaunch,
     TrialRun,
+    Winner,
     read_baseline,
 )
 from autotune.trainers.kit.argv import (
@@ -75,22 +76,12 @@ from autotune.trainers.kit.argv import (
     set_bool_flag,
     set_value_flag,
 )
-from autotune.trainers.kit.common import (
-    check_params,
-    check_positive_int,
-    effective_batch_of,
-    hook_option,
-    launcher_option,
-    read_trial_record,
-    take_options,
-)
+from autotune.trainers.kit.common import adapter_options, check_params, check_positive_int
 from autotune.trainers.kit.launchscript import (
     SCRIPT_HEAD,
     command_lines,
 )
-from autotune.trainers.kit.output import read_output, trainer_reading
-from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
 from autotune.trainers.musubi.command import HEREDOC, read_command
 from autotune.trainers.musubi.data import (
@@ -171,15 +162,13 @@ class MusubiAdapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("launcher", "hook", "trainer_dir"))
-        self.launcher: list[str] | None = launcher_option(options)
-        trainer_dir = options.get("trainer_dir")
-        self.trainer_dir = Path(trainer_dir).expanduser().absolute() if trainer_dir is not None else None
+        shared = adapter_options(options, self.name, ("launcher", "hook", "trainer_dir"))
+        self.launcher, self.hook = shared.launcher, shared.hook
+        self.trainer_dir = shared.trainer_dir.expanduser().absolute() if shared.trainer_dir else None
         if self.trainer_dir is not None and not self.trainer_dir.is_dir():
             raise UsageError(
                 f"--trainer-dir {self.trainer_dir}: no such folder (give your musubi-tuner checkout)"
             )
-        self.hook = hook_option(options, self.name)
 
     # --- the baseline ----------------------------------------------------------------------------
 
@@ -311,17 +300,9 @@ class MusubiAdapter(TrainerAdapter):
     # --- reading ---------------------------------------------------------------------------------
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
-        try:
-            trial_dir = Path(trial_dir)
-            record = read_trial_record(trial_dir)
-            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
-            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            text = read_output(trial_dir, output)
-            bar = read_tqdm_cumulative(text) or TrialMetrics()
-            own = trainer_reading(file_metrics, bar, own_rate=False)
-            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
-        except Exception:  # the contract: a reader never takes the sweep down
-            return TrialMetrics()
+        return read_trial_metrics(
+            trial_dir, output, lambda text, _: read_tqdm_cumulative(text), own_rate=False
+        )
 
     # --- the winner ------------------------------------------------------------------------------
 
@@ -347,14 +328,7 @@ class MusubiAdapter(TrainerAdapter):
         lines += command_lines(record, self._argv(record, args, max(1, baseline.num_gpus)))
         return "\n".join(lines) + "\n"
 
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
         return f"bash {shlex.quote(str(config_path))}"
 
 

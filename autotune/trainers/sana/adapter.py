@@ -30,18 +30,18 @@ from typing import Any, ClassVar
 
 import yaml
 
-from autotune.core.metrics import Readings, TrialMetrics
-from autotune.core.verdict import combine
-from autotune.core.yamltext import load_yaml
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError
 from autotune.execution.launch import redacted_env
 from autotune.trainers.base import (
+    NO_WINNER,
     Baseline,
     Params,
     TrainerAdapter,
     TrainerTraits,
     TrialLaunch,
     TrialRun,
+    Winner,
     read_baseline,
 )
 from autotune.trainers.kit.argv import (
@@ -53,24 +53,9 @@ from autotune.trainers.kit.argv import (
     set_bool_flag,
     set_value_flag,
 )
-from autotune.trainers.kit.common import (
-    check_params,
-    check_positive_int,
-    effective_batch_of,
-    hook_option,
-    launcher_option,
-    read_trial_record,
-    take_options,
-)
-from autotune.trainers.kit.launchscript import (
-    SCRIPT_HEAD,
-    command_lines,
-    record_from_command,
-    record_from_yaml,
-)
-from autotune.trainers.kit.output import read_output, trainer_reading
-from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.common import adapter_options, check_params, check_positive_int
+from autotune.trainers.kit.launchscript import SCRIPT_HEAD, command_lines, read_launch_record
+from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.runblock import real_batch
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm
 
@@ -133,26 +118,14 @@ class SanaAdapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("launcher", "hook"))
-        self.launcher: list[str] | None = launcher_option(options)
-        self.hook = hook_option(options, self.name)
+        shared = adapter_options(options, self.name, ("launcher", "hook"))
+        self.launcher, self.hook = shared.launcher, shared.hook
 
     def load_baseline(self, config: Path | None) -> Baseline:
         return read_baseline(config, self.baseline_from_text, NO_CONFIG)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
-        source = str(path) if path else "<command>"
-        folder = str(Path(path).resolve().parent) if path else str(Path.cwd())
-        data: Any
-        try:
-            data = load_yaml(text, source)
-        except ConfigError:
-            data = None
-        if isinstance(data, dict) and ("script" in data or "args" in data):
-            record = record_from_yaml(data, source, folder)
-        else:
-            record = record_from_command(text, source, folder)
-        return Baseline(trainer=self.name, text=text, data=record, path=path)
+        return Baseline(trainer=self.name, text=text, data=read_launch_record(text, path), path=path)
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
         args = baseline.data["args"]
@@ -228,18 +201,10 @@ class SanaAdapter(TrainerAdapter):
         return [*launcher, record["script"], *args]
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
-        try:
-            trial_dir = Path(trial_dir)
-            record = read_trial_record(trial_dir)
-            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
-            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            text = read_output(trial_dir, output)
-            tqdm = read_tqdm(text) or TrialMetrics()  # time, spread and losses
-            own = trainer_reading(file_metrics, tqdm, own_rate=False)
-            batch = real_batch(text, effective_batch_of(record))  # partial batches count as partial
-            return combine(Readings(hook=hook, trainer=own, effective_batch=batch))
-        except Exception:  # the contract: a reader never takes the sweep down
-            return TrialMetrics()
+        # The bar gives the time, its spread and the losses; partial batches count as partial.
+        return read_trial_metrics(
+            trial_dir, output, lambda text, _: read_tqdm(text), own_rate=False, real_batch=real_batch
+        )
 
     def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
         """A runnable shell script: the baseline command with only the knob flags changed."""
@@ -249,12 +214,5 @@ class SanaAdapter(TrainerAdapter):
         lines = [*SCRIPT_HEAD, *command_lines(record, argv)]
         return "\n".join(lines) + "\n"
 
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
         return f"bash {shlex.quote(str(config_path))}"
