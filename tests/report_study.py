@@ -21,16 +21,8 @@ from sqlalchemy import event
 from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
-from autotune.trainers.base import (
-    NO_WINNER,
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    Winner,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 TEST_TRAINER = "yaml-test"
 

@@ -33,9 +33,8 @@ from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import UsageError
-from autotune.trainers.base import (
-    NO_WINNER, Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun, Winner,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 from autotune.trainers.kit.common import (
     check_params, effective_batch_of, hook_option, read_trial_record, take_options,
 )

@@ -31,17 +31,7 @@ from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import (
-    NO_WINNER,
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    Winner,
-    read_baseline,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.kit.common import (
     adapter_options,
     check_params,
@@ -51,6 +41,7 @@ from autotune.trainers.kit.common import (
 )
 from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.aitklog import read_aitk_output
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 #: Everything the trainer reads lives in the first process of the job (config/examples/*.yaml).
 PROCESS = "config.process.0"

@@ -37,16 +37,7 @@ from autotune.core.space import from_study_value, to_study_value
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.trainers.base import (
-    NO_WINNER,
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    Winner,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits
 from autotune.trainers.command.template import KNOBS, CommandTemplate
 from autotune.trainers.kit.common import (
     check_params,
@@ -65,6 +56,7 @@ from autotune.trainers.kit.readers.ltx2log import parse_ltx2_output
 from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 from autotune.trainers.kit.readers.runblock import real_batch
 from autotune.trainers.kit.yamlkeys import GRAD_ACCUM_KEY, KNOB_KEYS, STEPS_KEY, get_dotted
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 LTX2_CONFIG_KEYS = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY, "steps": STEPS_KEY}
 

@@ -26,17 +26,7 @@ from typing import Any, ClassVar
 from autotune.config.tomledit import TomlConfig, load_toml_data
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import UsageError
-from autotune.trainers.base import (
-    NO_WINNER,
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    Winner,
-    read_baseline,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.dpipe.config import (
     GRAD_ACCUM_KEY,
     KNOB_KEYS,
@@ -50,16 +40,8 @@ from autotune.trainers.dpipe.config import (
     table,
 )
 from autotune.trainers.dpipe.data import describe, keep_largest_bucket
-from autotune.trainers.dpipe.models import (
-    BLOCK_SWAP_MODELS,
-    TRANSFORMER_DTYPE_MODELS,
-    swap_limit,
-)
-from autotune.trainers.dpipe.recipe import (
-    CONFIG_NAME,
-    DATASET_NAME,
-    recipe_edits,
-)
+from autotune.trainers.dpipe.models import BLOCK_SWAP_MODELS, TRANSFORMER_DTYPE_MODELS, swap_limit
+from autotune.trainers.dpipe.recipe import CONFIG_NAME, DATASET_NAME, recipe_edits
 from autotune.trainers.kit.common import (
     adapter_options,
     check_params,
@@ -69,6 +51,7 @@ from autotune.trainers.kit.common import (
 )
 from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 #: Study param -> the config key it sets (dotted: ``model.transformer_dtype`` is ``[model]``'s).
 RUN_ENV = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}

@@ -20,18 +20,7 @@ from autotune.core.space import from_study_value, to_study_value
 from autotune.core.timing import WARMUP_STEPS
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import (
-    NO_CUDA_KEY,
-    NO_WINNER,
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    Winner,
-    read_baseline,
-)
+from autotune.trainers.base import NO_CUDA_KEY, TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.kit.common import (
     adapter_options,
     check_params,
@@ -57,11 +46,8 @@ from autotune.trainers.ltx2.metrics import read_ltx2_metrics
 from autotune.trainers.ltx2.recipe import TEXT_ENCODER_8BIT_OFF, validates_with_8bit_text_encoder
 from autotune.trainers.ltx2.recipe import short_run_recipe as short_run_recipe
 from autotune.trainers.ltx2.recipe import trial_recipe as trial_recipe
-from autotune.trainers.ltx2.view import (
-    DataView,
-    ViewCache,
-    samples_for_trial,
-)
+from autotune.trainers.ltx2.view import DataView, ViewCache, samples_for_trial
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 #: The trainer's code defaults when a key is omitted (they differ from its example files).
 CODE_DEFAULTS: dict[str, Any] = {

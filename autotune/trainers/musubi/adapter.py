@@ -45,42 +45,24 @@ cut off by ``reset()`` (:2085-2086): ``read_tqdm_cumulative`` reads its per-step
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
-
 from autotune.config.tomledit import TomlConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import UsageError
-from autotune.execution.launch import redacted_env
-from autotune.trainers.base import (
-    NO_WINNER,
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    Winner,
-    read_baseline,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.kit.argv import (
-    drop_value_flag,
+    drop_flags,
     flag_number,
     flag_value,
     has_flag,
-    set_bool_flag,
     set_value_flag,
 )
 from autotune.trainers.kit.common import adapter_options, check_params, check_positive_int
-from autotune.trainers.kit.launchscript import (
-    SCRIPT_HEAD,
-    command_lines,
-)
+from autotune.trainers.kit.launchscript import SCRIPT_HEAD, command_lines, write_launch_files
 from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
 from autotune.trainers.musubi.command import HEREDOC, read_command
@@ -104,6 +86,7 @@ from autotune.trainers.musubi.flags import (
     set_knob_flags,
     swap_maximum,
 )
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 #: Short-run recipe: value flags and store_true flags a trial leaves out (see the module docstring).
 DROP_VALUE_FLAGS = (
@@ -234,10 +217,7 @@ class MusubiAdapter(TrainerAdapter):
 
     def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
         args, batch = self.knob_args(baseline, params, run.gradient_accumulation_steps)
-        for flag in DROP_VALUE_FLAGS:
-            args = drop_value_flag(args, flag)
-        for flag in DROP_BOOL_FLAGS:
-            args = set_bool_flag(args, flag, False)
+        args = drop_flags(args, DROP_VALUE_FLAGS, DROP_BOOL_FLAGS)
         args = set_value_flag(args, STEPS_FLAG, str(run.steps))
         args = set_value_flag(args, OUTPUT_FLAG, str(run.trial_dir / "output"))
         record = baseline.data
@@ -251,24 +231,7 @@ class MusubiAdapter(TrainerAdapter):
         args = set_value_flag(args, DATASET_FLAG, str(dataset_file))
         gpus = max(1, baseline.num_gpus)
         argv = self._argv(record, args, gpus)
-        (run.trial_dir / "config.yaml").write_text(
-            # A record for people and for ``load_baseline``; secrets in the env go to the trainer only.
-            yaml.safe_dump(
-                {
-                    "script": record["script"],
-                    "launcher": record["launcher"],
-                    "cwd": record["cwd"],
-                    "args": args,
-                    "env": redacted_env(record["env"]),
-                    "argv": argv,
-                },
-                sort_keys=False,
-                width=10**6,
-            ),
-            encoding="utf-8",
-        )
-        (run.trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
-        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
+        env = write_launch_files(run.trial_dir, record, args, argv)
         return TrialLaunch(
             argv=argv,
             cwd=Path(record["cwd"]),

@@ -22,30 +22,16 @@ trial-side hook; the step time may also come from tqdm's rate, the loss from its
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
-
 from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError
-from autotune.execution.launch import redacted_env
-from autotune.trainers.base import (
-    NO_WINNER,
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    Winner,
-    read_baseline,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.kit.argv import (
-    drop_value_flag,
+    drop_flags,
     flag_number,
     flag_value,
     has_flag,
@@ -54,10 +40,16 @@ from autotune.trainers.kit.argv import (
     set_value_flag,
 )
 from autotune.trainers.kit.common import adapter_options, check_params, check_positive_int
-from autotune.trainers.kit.launchscript import SCRIPT_HEAD, command_lines, read_launch_record
+from autotune.trainers.kit.launchscript import (
+    SCRIPT_HEAD,
+    command_lines,
+    read_launch_record,
+    write_launch_files,
+)
 from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.runblock import real_batch
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
 #: Boolean knob -> the store_true flag that turns it on.
@@ -162,26 +154,13 @@ class SanaAdapter(TrainerAdapter):
         args = self.knob_args(baseline, params, run.gradient_accumulation_steps)
         args = set_value_flag(args, STEPS_FLAG, str(run.steps))
         args = set_value_flag(args, OUTPUT_FLAG, str(run.trial_dir / "output"))
-        for flag in DROP_VALUE_FLAGS:
-            args = drop_value_flag(args, flag)
-        for flag in DROP_BOOL_FLAGS:
-            args = set_bool_flag(args, flag, False)
+        args = drop_flags(args, DROP_VALUE_FLAGS, DROP_BOOL_FLAGS)
         if flag_value(args, "--checkpointing_steps") is not None:
             args = set_value_flag(args, "--checkpointing_steps", str(_NEVER))
         record = dict(baseline.data)
         argv = self._argv(record, args, max(1, baseline.num_gpus))
         run.trial_dir.mkdir(parents=True, exist_ok=True)
-        (run.trial_dir / "config.yaml").write_text(
-            # A record for people; the env goes to the trainer only (a hub token must not reach the disk).
-            yaml.safe_dump(
-                {**record, "env": redacted_env(record["env"]), "args": args, "argv": argv},
-                sort_keys=False,
-                width=10**6,
-            ),
-            encoding="utf-8",
-        )
-        (run.trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
-        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
+        env = write_launch_files(run.trial_dir, record, args, argv)
         return TrialLaunch(
             argv=argv, cwd=Path(record["cwd"]), batch_size=int_flag(args, BATCH_FLAG, 1), env=env
         )
