@@ -141,19 +141,9 @@ def add_plan(sub: argparse._SubParsersAction) -> None:
 
 #: ``autotune plan``'s options that ``make_plan`` takes, under the same names.
 PLAN_FLAGS = (
-    "trainer",
-    "trainer_dir",
-    "vram_gb",
-    "gpus",
-    "config",
-    "model",
-    "text_encoder",
-    "data",
-    "output_dir",
-    "force",
-    "output",
-    "trainer_python",
-)
+    "trainer", "trainer_dir", "vram_gb", "gpus", "config", "model", "text_encoder", "data", "output_dir",
+    "force", "output", "trainer_python",
+)  # fmt: skip
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

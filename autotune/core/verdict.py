@@ -45,13 +45,9 @@ T = TypeVar("T")
 
 #: The metrics' figures a trial stores as read, each under its own name.
 STORED_AS_READ = (
-    "step_time_s",
-    "step_time_spread_s",
-    "trainer_peak_vram_gb",
-    "measured_peak_vram_gb",
-    "trainer_step_time_s",
-    "trainer_samples_per_s",
-)
+    "step_time_s", "step_time_spread_s", "trainer_peak_vram_gb", "measured_peak_vram_gb",
+    "trainer_step_time_s", "trainer_samples_per_s",
+)  # fmt: skip
 
 
 def fit_limit_gb(card_gb: float, headroom: float) -> float:

@@ -56,6 +56,13 @@ def read_launch_record(text: str, path: Path | None) -> dict[str, Any]:
 RUN_ENV = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
 
 
+def python_argv(python: Sequence[str], script: str, args: Sequence[str], gpus: int) -> list[str]:
+    """``PYTHON SCRIPT ARGS``, for several GPUs through ``-m accelerate.commands.launch --num_processes N``
+    (what ``accelerate launch`` runs, with the Python given)."""
+    accelerate = ["-m", "accelerate.commands.launch", "--num_processes", str(gpus)] if gpus > 1 else []
+    return [*python, *accelerate, script, *args]
+
+
 def write_launch_files(
     trial_dir: Path, record: Mapping[str, Any], args: list[str], argv: list[str]
 ) -> dict[str, str]:

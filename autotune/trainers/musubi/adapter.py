@@ -62,7 +62,7 @@ from autotune.trainers.kit.argv import (
     set_value_flag,
 )
 from autotune.trainers.kit.common import adapter_options, check_params, check_positive_int
-from autotune.trainers.kit.launchscript import SCRIPT_HEAD, command_lines, write_launch_files
+from autotune.trainers.kit.launchscript import SCRIPT_HEAD, command_lines, python_argv, write_launch_files
 from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
 from autotune.trainers.musubi.command import HEREDOC, read_command
@@ -244,17 +244,7 @@ class MusubiAdapter(TrainerAdapter):
         """``launcher script args``: the command's own ``accelerate launch ...`` (``--num_processes``
         set for several GPUs), or ``--trainer-python`` (through ``accelerate.commands.launch`` for several)."""
         if self.launcher is not None:
-            if gpus > 1:
-                return [
-                    *self.launcher,
-                    "-m",
-                    "accelerate.commands.launch",
-                    "--num_processes",
-                    str(gpus),
-                    record["script"],
-                    *args,
-                ]
-            return [*self.launcher, record["script"], *args]
+            return python_argv(self.launcher, record["script"], args, gpus)
         launcher = list(record["launcher"])
         if gpus > 1 and any(Path(t).name == "accelerate" for t in launcher[:1]) and "launch" in launcher:
             launcher = set_value_flag(launcher, "--num_processes", str(gpus))

@@ -43,6 +43,7 @@ from autotune.trainers.kit.common import adapter_options, check_params, check_po
 from autotune.trainers.kit.launchscript import (
     SCRIPT_HEAD,
     command_lines,
+    python_argv,
     read_launch_record,
     write_launch_files,
 )
@@ -166,18 +167,7 @@ class SanaAdapter(TrainerAdapter):
         )
 
     def _argv(self, record: dict[str, Any], args: list[str], gpus: int) -> list[str]:
-        launcher = self.launcher or record["launcher"]
-        if gpus > 1:
-            return [
-                *launcher,
-                "-m",
-                "accelerate.commands.launch",
-                "--num_processes",
-                str(gpus),
-                record["script"],
-                *args,
-            ]
-        return [*launcher, record["script"], *args]
+        return python_argv(self.launcher or record["launcher"], record["script"], args, gpus)
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
         # The bar gives the time, its spread and the losses; partial batches count as partial.
