@@ -40,8 +40,16 @@ from autotune.trainers.dpipe.config import (
     table,
 )
 from autotune.trainers.dpipe.data import describe, keep_largest_bucket
-from autotune.trainers.dpipe.models import BLOCK_SWAP_MODELS, TRANSFORMER_DTYPE_MODELS, swap_limit
-from autotune.trainers.dpipe.recipe import CONFIG_NAME, DATASET_NAME, recipe_edits
+from autotune.trainers.dpipe.models import (
+    BLOCK_SWAP_MODELS,
+    TRANSFORMER_DTYPE_MODELS,
+    swap_limit,
+)
+from autotune.trainers.dpipe.recipe import (
+    CONFIG_NAME,
+    DATASET_NAME,
+    recipe_edits,
+)
 from autotune.trainers.kit.common import (
     adapter_options,
     check_params,
