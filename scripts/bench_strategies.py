@@ -41,6 +41,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 
+from autotune.core import verdict
 from autotune.core.space import Candidate, ParamValue, Space
 from autotune.core.strategy import Observation, Verdict
 
@@ -79,15 +80,23 @@ class _Base:
 
     name = "base"
 
-    def __init__(self, space: Space, baseline: Candidate, card_gb: float, headroom: float) -> None:
+    def __init__(
+        self, space: Space, baseline: Candidate, card_gb: float, headroom: float, **options: Any
+    ) -> None:
         self.space = space
         self.baseline = space.candidate(baseline.params)
         self.card_gb = card_gb
         self.headroom = headroom
+        self.configure(**options)
+
+    def configure(self, **options: Any) -> None:
+        """A strategy's own options (``make(name, **options)`` binds them); by default it takes none."""
+        if options:
+            raise TypeError(f"strategy {self.name!r} takes no option(s) {', '.join(sorted(options))}")
 
     @property
     def fit_limit_gb(self) -> float:
-        return (1.0 - self.headroom) * self.card_gb
+        return verdict.fit_limit_gb(self.card_gb, self.headroom)  # the sweep's own line
 
     def best(self, history: Sequence[Observation]) -> Observation | None:
         return fastest_fitting(history, self.fit_limit_gb)
@@ -168,25 +177,16 @@ class TpeStrategy(_Base):
 
     name = "tpe"
 
-    def __init__(
-        self,
-        space: Space,
-        baseline: Candidate,
-        card_gb: float,
-        headroom: float,
-        *,
-        budget: int = 12,
-        seed: int = 0,
-        n_startup_trials: int = 5,
-        max_asks: int = 200,
+    def configure(  # type: ignore[override]
+        self, *, budget: int = 12, seed: int = 0, n_startup_trials: int = 5, max_asks: int = 200
     ) -> None:
-        super().__init__(space, baseline, card_gb, headroom)
+        """The trial budget (TPE has no stopping rule of its own), the sampler's seed and start."""
         self.budget = budget
         self.max_asks = max_asks
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials)
         self._study = optuna.create_study(direction="maximize", sampler=sampler)
         self._dists: dict[str, BaseDistribution] = {
-            k.name: CategoricalDistribution(list(k.values)) for k in space.knobs
+            k.name: CategoricalDistribution(list(k.values)) for k in self.space.knobs
         }
         self._told = 0
         self._pending: tuple[optuna.Trial, Candidate] | None = None

@@ -21,7 +21,8 @@ from sqlalchemy import event
 from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
+from autotune.trainers.base import TrainerAdapter, TrainerTraits
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 TEST_TRAINER = "yaml-test"
 
@@ -91,7 +92,7 @@ class YamlTestAdapter(TrainerAdapter):
                 doc.set(key, value)
         return doc.dump()
 
-    def training_command(self, config_path: Path) -> str:
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
         return f"cd /opt/trainer && python scripts/train.py {shlex.quote(str(config_path))} --disable-progress-bars"
 
 

@@ -15,7 +15,7 @@ from autotune.errors import UsageError
 from autotune.store.settings import settings_diff
 from autotune.sweep.options import SweepOptions, options_from_attr, options_to_attr
 from autotune.sweep.setup import plan_sweep
-from autotune.trainers import get_adapter
+from autotune.trainers import Winner, get_adapter
 
 # --- the parser -------------------------------------------------------------------------------------
 
@@ -241,7 +241,7 @@ def test_the_report_adapter_rebuilt_from_the_settings_knows_the_declared_placeho
     options = read_settings(plan.settings)["trainer_options"]
     adapter = get_adapter("command", **options)
     assert "--swap 1" in adapter.training_command(
-        tmp_path / "c.yaml", params={"batch_size": 2, "swap": 1}, steps=10
+        tmp_path / "c.yaml", Winner(params={"batch_size": 2, "swap": 1}, steps=10)
     )
 
 
@@ -451,7 +451,9 @@ def test_a_flag_knob_renders_as_the_flag_or_nothing(tmp_path: Path) -> None:
     # the report's launch command, from the adapter rebuilt out of the stored settings
     options = read_settings(plan.settings)["trainer_options"]
     adapter = get_adapter("command", **options)
-    command = adapter.training_command(tmp_path / "c.yaml", params={"batch_size": 2, "ckpt": False}, steps=10)
+    command = adapter.training_command(
+        tmp_path / "c.yaml", Winner(params={"batch_size": 2, "ckpt": False}, steps=10)
+    )
     assert command.endswith("train --bs 2 --steps 10")
 
 

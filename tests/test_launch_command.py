@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from autotune.errors import UsageError
-from autotune.trainers import get_adapter
+from autotune.trainers import Winner, get_adapter
 from tests.helpers import FAKES, cli_env
 
 WINNER = {"quantization": "none", "optimizer": "adamw", "batch_size": 4, "gradient_checkpointing": False}
@@ -78,8 +78,7 @@ def test_launch_command_fills_every_placeholder_or_names_the_hole(case: Fill, tm
     best, trial = tmp_path / "best-config.yaml", tmp_path / "trial-7"
 
     def command() -> str:
-        return adapter.training_command(
-            best,
+        winner = Winner(
             baseline=baseline,
             params=case.params,
             gradient_accumulation_steps=2,
@@ -87,6 +86,7 @@ def test_launch_command_fills_every_placeholder_or_names_the_hole(case: Fill, tm
             trial_dir=trial if case.trial_dir else None,
             complete=True,
         )
+        return adapter.training_command(best, winner)
 
     if case.want is None:
         with pytest.raises(UsageError) as err:

@@ -18,7 +18,7 @@ from autotune.cli.sweep_worker import sweep_options
 from autotune.config.shellscript import parse_launch_script, uses_shell_syntax
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.launch import LaunchSpec, check_program
-from autotune.trainers import adapter_class, adapter_names, get_adapter
+from autotune.trainers import Winner, adapter_class, adapter_names, get_adapter
 from tests.helpers import FAKES, need_shared, shared_path
 
 FAKE_SANA = FAKES / "fake_sana_train.py"
@@ -284,7 +284,7 @@ def test_a_launcher_as_the_cmd_template(tmp_path: Path, monkeypatch: pytest.Monk
     )
     assert spec.cwd == (tmp_path / "work").resolve()
     assert spec.env["MODEL_NAME"] == "gpt2-small"
-    command = adapter.training_command(tmp_path / "best.yaml", steps=100)
+    command = adapter.training_command(tmp_path / "best.yaml", Winner(steps=100))
     assert command == f"cd {(tmp_path / 'work').resolve()} && MODEL_NAME=gpt2-small python train.py " + (
         "--model gpt2-small --data /data/set --bs '{batch_size}' --steps 100"
     )

@@ -25,6 +25,7 @@ from autotune.store.settings import (
 from autotune.store.storage import open_storage
 from autotune.sweep.options import SweepOptions
 from autotune.sweep.setup import SweepPlan, plan_sweep
+from autotune.trainers import Winner
 from tests.helpers import FAKES
 
 TEMPLATE = (
@@ -172,9 +173,8 @@ def test_a_study_written_in_version_1_resumes_and_reports(tmp_path: Path, kw: di
     assert report.trainer_options["knobs"] == ["swap"]  # a list again, not its text
     assert "--swap 1" in adapter_for(report).training_command(
         tmp_path / "c.yaml",
-        params={"quantization": "none", "optimizer": "adamw", "batch_size": 2, "gradient_checkpointing": False,
-                "swap": 1},
-        steps=10,
+        Winner(params={"quantization": "none", "optimizer": "adamw", "batch_size": 2,
+                       "gradient_checkpointing": False, "swap": 1}, steps=10),
     )  # fmt: skip
 
 

@@ -33,7 +33,8 @@ from autotune.core.metrics import Readings, TrialMetrics
 from autotune.core.verdict import combine
 from autotune.core.yamltext import load_yaml
 from autotune.errors import UsageError
-from autotune.trainers.base import Baseline, Params, TrainerAdapter, TrainerTraits, TrialLaunch, TrialRun
+from autotune.trainers.base import TrainerAdapter, TrainerTraits
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 from autotune.trainers.kit.common import (
     check_params, effective_batch_of, hook_option, read_trial_record, take_options,
 )
@@ -87,8 +88,7 @@ class SixthAdapter(TrainerAdapter):
     def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
         return self._text(baseline, params, gradient_accumulation_steps)
 
-    def training_command(self, config_path: Path, *, baseline: Baseline | None = None,
-                         params: Params | None = None, gradient_accumulation_steps: int | None = None) -> str:
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
         return f"{sys.executable} {HERE / 'train.py'} {config_path}"
 '''
 KNOBS = """\

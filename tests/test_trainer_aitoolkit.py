@@ -25,7 +25,7 @@ from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.execution.runner import RunLimits, run_trial
 from autotune.trainers import get_adapter
 from autotune.trainers.aitoolkit.adapter import AiToolkitAdapter
-from autotune.trainers.base import Baseline
+from autotune.trainers.base import Baseline, Winner
 from autotune.trainers.kit.readers.aitklog import read_aitk_output
 from tests.helpers import FAKES
 
@@ -284,7 +284,7 @@ def test_the_winner_changes_only_its_knobs_and_keeps_every_comment(tmp_path: Pat
             '        qtype: "uint3"',
         ),
     }
-    command = adapter.training_command(tmp_path / "best.yaml", baseline=baseline)
+    command = adapter.training_command(tmp_path / "best.yaml", Winner(baseline=baseline))
     assert command == f"cd {FAKE.resolve()} && {sys.executable} run.py {(tmp_path / 'best.yaml').resolve()}"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from autotune.core.yamltext import load_yaml
 from autotune.errors import UsageError
-from autotune.trainers import get_adapter
+from autotune.trainers import Winner, get_adapter
 
 PARAMS = {"quantization": "none", "optimizer": "adamw", "batch_size": 4, "gradient_checkpointing": False}
 
@@ -139,7 +139,9 @@ def test_training_command_fills_what_it_knows(tmp_path: Path) -> None:
     adapter = get_adapter(
         "command", template="python train.py {config} --bs {batch_size} --steps {steps}", cwd=tmp_path
     )
-    command = adapter.training_command(tmp_path / "best.yaml", params=PARAMS, gradient_accumulation_steps=1)
+    command = adapter.training_command(
+        tmp_path / "best.yaml", Winner(params=PARAMS, gradient_accumulation_steps=1)
+    )
     assert (
         command
         == f"cd {tmp_path.resolve()} && python train.py {(tmp_path / 'best.yaml').resolve()} --bs 4 --steps '{{steps}}'"

@@ -13,7 +13,7 @@ import pytest
 from autotune.config.yamlconf import load_yaml_file
 from autotune.errors import ConfigError, UnknownTrainerError, UsageError
 from autotune.gpu.tiers import classify
-from autotune.trainers import TrainerAdapter, adapter_class, adapter_names, get_adapter
+from autotune.trainers import TrainerAdapter, Winner, adapter_class, adapter_names, get_adapter
 from autotune.trainers.kit.readers.metricsfile import METRICS_ENV
 from tests.trainers import Case, cases
 
@@ -121,7 +121,7 @@ def test_final_config_round_trips_knobs(case: Case, tmp_path: Path) -> None:
     again = adapter.load_baseline(written)
     assert adapter.baseline_params(again) == {**case.params, "gradient_accumulation_steps": 4}
     command = adapter.training_command(
-        written, baseline=baseline, params=case.params, gradient_accumulation_steps=4
+        written, Winner(baseline=baseline, params=case.params, gradient_accumulation_steps=4)
     )
     assert str(written.resolve()) in command or str(written) in command
 

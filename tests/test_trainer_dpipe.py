@@ -16,7 +16,7 @@ import pytest
 from autotune.config.tomledit import TomlConfig, load_toml_data
 from autotune.errors import CandidateRefused, ConfigError, UsageError
 from autotune.trainers import get_adapter
-from autotune.trainers.base import Baseline
+from autotune.trainers.base import Baseline, Winner
 from autotune.trainers.dpipe.adapter import DiffusionPipeAdapter
 from autotune.trainers.dpipe.data import keep_largest_bucket, largest_bucket
 from autotune.trainers.kit.bucket import Bucket
@@ -343,7 +343,7 @@ def test_final_config_changes_only_the_knobs(tmp_path: Path) -> None:
                     "activation_checkpointing = 'unsloth'   # offloads to RAM", "type = 'AdamW8bitKahan'"}  # fmt: skip
     assert new == {"micro_batch_size_per_gpu = 4", "gradient_accumulation_steps = 2",
                    "activation_checkpointing = true   # offloads to RAM", 'type = "adamw_optimi"'}  # fmt: skip
-    command = adapter.training_command(tmp_path / "best.toml", baseline=baseline)
+    command = adapter.training_command(tmp_path / "best.toml", Winner(baseline=baseline))
     assert command == (
         f"cd {FAKE_DIR.resolve()} && {sys.executable} -m deepspeed.launcher.runner --num_gpus=1 train.py "
         f"--deepspeed --config {(tmp_path / 'best.toml').resolve()}"

@@ -139,6 +139,13 @@ def add_plan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_plan)
 
 
+#: ``autotune plan``'s options that ``make_plan`` takes, under the same names.
+PLAN_FLAGS = (
+    "trainer", "trainer_dir", "vram_gb", "gpus", "config", "model", "text_encoder", "data", "output_dir",
+    "force", "output", "trainer_python",
+)  # fmt: skip
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
@@ -152,20 +159,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(own, indent=2) if args.json else render_own_plan(own))
         return EXIT_OK
 
-    plan = make_plan(
-        trainer=args.trainer,
-        trainer_dir=args.trainer_dir,
-        vram_gb=args.vram_gb,
-        gpus=args.gpus,
-        config=args.config,
-        model=args.model,
-        text_encoder=args.text_encoder,
-        data=args.data,
-        output_dir=args.output_dir,
-        force=args.force,
-        output=args.output,
-        trainer_python=args.trainer_python,
-    )
+    plan = make_plan(**{name: getattr(args, name) for name in PLAN_FLAGS})
     if plan.text is not None:
         write_plan(plan)
     print(json.dumps(plan.to_json(), indent=2) if args.json else plan.render_text())

@@ -43,6 +43,13 @@ T = TypeVar("T")
 # --- fit and measures -----------------------------------------------------------------------------
 
 
+#: The metrics' figures a trial stores as read, each under its own name.
+STORED_AS_READ = (
+    "step_time_s", "step_time_spread_s", "trainer_peak_vram_gb", "measured_peak_vram_gb",
+    "trainer_step_time_s", "trainer_samples_per_s",
+)  # fmt: skip
+
+
 def fit_limit_gb(card_gb: float, headroom: float) -> float:
     """The most peak VRAM a config may use and still count as fitting."""
     return (1.0 - headroom) * card_gb
@@ -194,15 +201,10 @@ def measured_attrs(
     peak = judged_peak(metrics, trainer_card_is_the_trials=trainer_card_is_the_trials)
     attrs = TrialRecord.attrs_of(outcome=outcome.value, reason=reason)
     figures = TrialRecord.attrs_of(
-        step_time_s=metrics.step_time_s,
-        step_time_spread_s=metrics.step_time_spread_s,
         samples_per_s=sps,
         peak_vram_gb=peak,
-        trainer_peak_vram_gb=metrics.trainer_peak_vram_gb,
-        measured_peak_vram_gb=metrics.measured_peak_vram_gb,
         peak_host_rss_gb=peak_host_rss_gb,
-        trainer_step_time_s=metrics.trainer_step_time_s,
-        trainer_samples_per_s=metrics.trainer_samples_per_s,
+        **{name: getattr(metrics, name) for name in STORED_AS_READ},
     )
     attrs.update({k: round(float(v), 6) for k, v in figures.items() if v is not None and math.isfinite(v)})
     if metrics.timed_by is not None and sps is not None:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 from pathlib import Path
-from typing import Any
 
 import optuna
 
@@ -14,7 +12,7 @@ from autotune.errors import AutotuneError, ReportError
 from autotune.report.model import Report
 from autotune.report.text import trials_text as _trials
 from autotune.store.settings import settings_of
-from autotune.trainers import Baseline, TrainerAdapter, get_adapter
+from autotune.trainers import Baseline, TrainerAdapter, Winner, get_adapter
 
 
 def adapter_for(report: Report) -> TrainerAdapter:
@@ -53,42 +51,32 @@ def add_command(
         return
     path = best_config_path or report_dir / f"best-config{config_suffix(adapter)}"
     report.best_config_path = str(path)
-    try:
-        accepts = inspect.signature(adapter.training_command).parameters
-    except (TypeError, ValueError):
-        accepts = {}  # type: ignore[assignment]
-    kwargs: dict[str, Any] = {}
-    if "complete" in accepts:
+    if adapter.traits.takes_template and not report.launch_cwd and "cwd" not in report.trainer_options:
         # A template trainer fills its placeholders from the winner and the study, all of them or none.
-        if not report.launch_cwd and "cwd" not in report.trainer_options:
-            report.warnings.append(
-                "The study does not record the folder its trials ran in (it is older than that record): "
-                "the launch command runs from the folder 'autotune report' ran in."
-            )
-        kwargs.update(complete=True, steps=report.full_steps, trial_dir=trial_dir, params=report.best.params)
-        kwargs["gradient_accumulation_steps"] = _best_gas(report)
-        baseline = _baseline_or_none(adapter, report.config_path)
-        if baseline is not None:
-            kwargs["baseline"] = baseline
-    elif "baseline" in accepts and report.config_path:
-        # Adapters that launch several GPUs or read the trainer dir from the config want the whole picture.
-        baseline = _baseline_or_none(adapter, report.config_path)
-        if baseline is not None:
-            kwargs["baseline"] = baseline
-            if "params" in accepts:
-                kwargs["params"] = report.best.params
-            if "gradient_accumulation_steps" in accepts:
-                kwargs["gradient_accumulation_steps"] = _best_gas(report)
+        report.warnings.append(
+            "The study does not record the folder its trials ran in (it is older than that record): "
+            "the launch command runs from the folder 'autotune report' ran in."
+        )
+    winner = Winner(
+        # Flag-driven trainers and those that read the trainer dir from the config want the whole picture.
+        baseline=_baseline_or_none(adapter, report.config_path) if report.config_path else None,
+        params=report.best.params,
+        gradient_accumulation_steps=_best_gas(report),
+        steps=report.full_steps,
+        trial_dir=trial_dir,
+        complete=True,
+    )
     try:
-        report.command = adapter.training_command(path, **kwargs)
+        report.command = adapter.training_command(path, winner)
     except AutotuneError as exc:
         report.warnings.append(f"No launch command: {exc}")
 
 
 def _baseline_or_none(adapter: TrainerAdapter, config_path: str | None) -> Baseline | None:
+    """The baseline as it is on disk now; ``None`` when it cannot be read (moved, edited since)."""
     try:
         return adapter.load_baseline(Path(config_path) if config_path else None)
-    except AutotuneError:
+    except (AutotuneError, OSError):
         return None
 
 

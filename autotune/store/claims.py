@@ -123,22 +123,18 @@ class ClaimRow:
         return ProcessIdentity(self.pid, "", self.pid_started, place=self.place, name=self.worker)
 
 
+#: The columns a ``ClaimRow`` holds as stored, under the same names.
+AS_STORED = (
+    "study_id", "seen", "token", "worker", "place", "pid", "pid_started", "trial_id", "state", "lease_s",
+    "claimed_at", "heartbeat_at",
+)  # fmt: skip
+
+
 def _row(r: Any) -> ClaimRow:
     return ClaimRow(
-        study_id=r.study_id,
+        **{name: getattr(r, name) for name in AS_STORED},
         key=r.candidate_key,
-        seen=r.seen,
-        token=r.token,
         params=json.loads(r.params_json),
-        worker=r.worker,
-        place=r.place,
-        pid=r.pid,
-        pid_started=r.pid_started,
-        trial_id=r.trial_id,
-        state=r.state,
-        lease_s=r.lease_s,
-        claimed_at=r.claimed_at,
-        heartbeat_at=r.heartbeat_at,
     )
 
 

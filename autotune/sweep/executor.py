@@ -5,8 +5,9 @@ and drains), its environment (a pinned worker's ``CUDA_VISIBLE_DEVICES``), its p
 and its stop event. It writes the trial through its scheduler, which decides whether the
 write still belongs to it (a shared study's claim).
 
-The runner reports the started process through a callback; the executor records its pid,
-mark and start time on the trial at once, so a resume can end what a dead sweep left running.
+The launch itself is its ``CardWatch``'s (``sweep.watch``): the process run in a worker thread,
+its pid recorded on the trial at once (a resume can end what a dead sweep left running), the card
+drained after.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, NoReturn
 
 from optuna.trial import FrozenTrial, TrialState
@@ -26,9 +26,8 @@ from autotune.core.record import TrialRecord
 from autotune.core.space import Candidate
 from autotune.core.verdict import study_value
 from autotune.errors import CandidateRefused, ConfigError, SweepInterrupted, TrialOutputError
-from autotune.execution.launch import LaunchSpec
-from autotune.execution.proctree import MARK_VAR, ProcessRecord
-from autotune.execution.runner import RunLimits, RunResult, make_trial_dir, output_error, run_trial
+from autotune.execution.proctree import MARK_VAR
+from autotune.execution.runner import RunLimits, make_trial_dir, output_error
 from autotune.store.identity import ProcessIdentity
 from autotune.sweep.conclude import fastest_fitting
 from autotune.sweep.fitcheck import first_without_peak
@@ -39,6 +38,7 @@ from autotune.sweep.progress import Progress
 from autotune.sweep.samecommand import earlier_same, launch_digest, reused_attrs
 from autotune.sweep.scheduler import Scheduler, Step, TrialHandle
 from autotune.sweep.setup import Card, SweepPlan
+from autotune.sweep.watch import CardWatch
 
 
 class TrialExecutor:
@@ -57,6 +57,7 @@ class TrialExecutor:
     ) -> None:
         self.plan, self.scheduler, self.card, self.env = plan, scheduler, card, dict(env)
         self.progress, self.stop, self.interrupted = progress, stop, interrupted
+        self.watch = CardWatch(plan.nvml, card, progress, stop)
 
     def run(
         self,
@@ -153,8 +154,8 @@ class TrialExecutor:
             stall_timeout_s=opts.stall_timeout_s or DEFAULT_STALL_TIMEOUT_S,
             host_ram_limit_gb=plan.host_ram_gb,
         )
-        before = self._gpu_used()
-        result, error = self._run_watched(spec, trial_dir, limits, handle, launched)
+        before = self.watch.memory_used()
+        result, error = self.watch.run(spec, trial_dir, limits, handle, launched)
         if isinstance(error, TrialOutputError):
             self._stop_and_raise(handle, attrs_end, error)
         if error is not None:
@@ -196,7 +197,7 @@ class TrialExecutor:
         self._update_best_line()
         if result.interrupted or self.stop.is_set():
             raise self.interrupted()
-        self._drain(before)
+        self.watch.drain(before, opts.drain_timeout_s)
         return finished
 
     def _stop_and_raise(self, handle: TrialHandle, attrs_end: dict[str, Any], exc: BaseException) -> NoReturn:
@@ -214,83 +215,7 @@ class TrialExecutor:
         """The trial's last write: its attrs and the state the verdict gives them (``study_value``)."""
         return handle.finish(attrs, study_value(attrs))
 
-    def _run_watched(
-        self,
-        spec: LaunchSpec,
-        trial_dir: Path,
-        limits: RunLimits,
-        handle: TrialHandle,
-        launched: Mapping[str, Any],
-    ) -> tuple[RunResult | None, BaseException | None]:
-        """Run the trial in a worker thread; meanwhile record its pid and keep the progress view live."""
-        from autotune.execution.monitor import ResourceMonitor
-
-        nvml = self.plan.nvml
-        monitor = ResourceMonitor(nvml, self.card.indices) if nvml is not None and self.card.indices else None
-        result: list[RunResult] = []
-        error: list[BaseException] = []
-        started: list[ProcessRecord] = []  # the runner's ``on_start``, from its thread
-
-        def work() -> None:
-            try:
-                result.append(
-                    run_trial(
-                        spec,
-                        trial_dir,
-                        limits,
-                        monitor=monitor,
-                        stop=self.stop,
-                        on_output=self.progress.on_output,
-                        on_start=started.append,
-                    )
-                )
-            except BaseException as exc:
-                error.append(exc)
-            finally:
-                done.set()
-
-        done = threading.Event()
-        worker = threading.Thread(target=work, name=f"trial-{handle.trial.number}", daemon=True)
-        worker.start()
-        pid_recorded = False
-        while not done.wait(0.05 if not pid_recorded else 0.25):  # wakes at once when the trial ends
-            if not pid_recorded and started:
-                self._record_pid(handle, started[0], launched)
-                pid_recorded = True
-            self.progress.tick()
-        worker.join()
-        return (result[0] if result else None), (error[0] if error else None)
-
-    def _record_pid(self, handle: TrialHandle, process: ProcessRecord, launched: Mapping[str, Any]) -> None:
-        """Store the trial's pid/pgid and mark (the runner's ``on_start``) so a resume can end it."""
-        # The start time comes with the record: asking psutil here would miss a trial that already
-        # ended (a fast one), and a resume needs it to tell the pid from a reused one.
-        attrs = {
-            **launched,
-            **TrialRecord.attrs_of(pid=process.pid, pgid=process.pid, pid_start=process.started_at),
-        }
-        if process.mark:
-            attrs.update(TrialRecord.attrs_of(process_mark=str(process.mark)))
-        handle.set_attrs(attrs)
-
     # between and around trials
-
-    def _gpu_used(self) -> dict[int, int] | None:
-        nvml = self.plan.nvml
-        if nvml is None or not self.card.indices:
-            return None
-        from autotune.gpu.drain import used_bytes
-
-        result: dict[int, int] = used_bytes(nvml, self.card.indices)
-        return result
-
-    def _drain(self, before: dict[int, int] | None) -> None:
-        nvml = self.plan.nvml
-        if before is None or nvml is None:
-            return
-        from autotune.gpu.drain import wait_for_drain
-
-        wait_for_drain(nvml, self.card.indices, before, self.plan.opts.drain_timeout_s)
 
     def _estimate_s(self) -> float | None:
         records = [

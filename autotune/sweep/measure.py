@@ -26,6 +26,11 @@ from autotune.trainers.kit.output import read_output
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME
 from autotune.trainers.kit.readers.phases import read_phase_peaks
 
+#: What the verdict reads of a run's end as the runner saw it (``RunResult`` and ``RunEnd`` alike).
+AS_THE_RUNNER_SAW = (
+    "returncode", "signal", "timed_out", "stalled", "interrupted", "wall_s", "peak_host_rss_gb", "busy",
+)  # fmt: skip
+
 
 def measure(
     adapter: TrainerAdapter,
@@ -51,19 +56,12 @@ def measure(
     except Exception as exc:  # the contract says never; a bug there must not lose the trial
         metrics = TrialMetrics(source=f"read_metrics failed: {exc}")
     run = RunEnd(
-        returncode=result.returncode,
-        signal=result.signal,
-        timed_out=result.timed_out,
-        stalled=result.stalled,
-        interrupted=result.interrupted,
+        **{name: getattr(result, name) for name in AS_THE_RUNNER_SAW},
         output=result.output_tail,
         host_over_gb=host_ram_gb if result.end_reason == "host ram" else None,
-        wall_s=result.wall_s,
         steps=steps,
-        peak_host_rss_gb=result.peak_host_rss_gb,
         nvml_peak_gb=result.measured_peak_vram_gb,
         nvml_per_process=result.vram_source == "process",
-        busy=result.busy,
     )
     verdict = judge(
         run,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,29 +38,12 @@ from autotune.core.metrics import TrialMetrics, effective_batch
 from autotune.errors import UsageError
 from autotune.execution.launch import LaunchSpec
 from autotune.trainers.kit.common import check_positive_int, hook_env, metrics_env, write_trial_record
-
-Params = Mapping[str, Any]
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 #: ``Baseline.extra`` key: the card (GB) the trial-side hook emulates (set by ``with_emulated_vram``).
 HOOK_VRAM_KEY = "hook_emulated_vram_gb"
 #: ``Baseline.extra`` key: the trials run where no CUDA device is seen (set by ``without_cuda``).
 NO_CUDA_KEY = "no_cuda"
-
-
-@dataclass
-class Baseline:
-    """The config a sweep starts from: the trainer's shipped config (paths patched) or the user's.
-
-    ``text`` is the file as written, comments included, so a winning config can be
-    written back in the trainer's own format with only the knobs changed.
-    """
-
-    trainer: str
-    text: str
-    data: dict[str, Any]
-    path: Path | None = None
-    num_gpus: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,32 +108,6 @@ def read_baseline(
         raise UsageError(missing)
     path = Path(config)
     return from_text(read_config_text(path), path)
-
-
-@dataclass(frozen=True)
-class TrialRun:
-    """What ``render`` asks an adapter's ``write_trial`` for: a run of ``steps`` optimizer steps of
-    ``gradient_accumulation_steps`` micro-steps each, written under ``trial_dir`` (absolute)."""
-
-    steps: int
-    gradient_accumulation_steps: int
-    trial_dir: Path
-
-
-@dataclass(frozen=True)
-class TrialLaunch:
-    """What an adapter's ``write_trial`` wrote, for ``render`` to finish: how to launch it, the
-    per-GPU batch it trains, and what the trial record holds besides the common fields."""
-
-    argv: Sequence[str]
-    cwd: Path
-    batch_size: int
-    #: What the trainer needs added to the inherited environment (the metrics file and hook come after).
-    env: Mapping[str, str] = field(default_factory=dict)
-    #: GPUs one step spans (``None``: the baseline's ``num_gpus``).
-    num_gpus: int | None = None
-    #: More for the trial record (``data_bucket``, ``argv``...).
-    record: Mapping[str, Any] = field(default_factory=dict)
 
 
 class TrainerAdapter(ABC):
@@ -222,18 +179,11 @@ class TrainerAdapter(ABC):
         """The winning config in the trainer's own format: the baseline with only the knobs changed."""
 
     @abstractmethod
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
         """The shell command that runs the full training with ``config_path`` (``final_config`` written there).
 
-        Flag-driven trainers need ``baseline`` and ``params`` to spell the command out;
-        YAML-driven ones only the path.
+        Flag-driven trainers spell the command out from ``winner``'s baseline and params;
+        YAML-driven ones need only the path.
         """
 
     def check_steps(self, steps: int) -> None:

@@ -23,39 +23,25 @@ Facts from the trainer's source at commit 27a03a9 (paths in that repository):
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.yamlconf import RoundTripConfig
-from autotune.core.metrics import Readings, TrialMetrics
-from autotune.core.verdict import combine
+from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import (
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    read_baseline,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.kit.common import (
+    adapter_options,
     check_params,
     check_positive_int,
-    effective_batch_of,
-    hook_option,
-    launcher_option,
-    read_trial_record,
+    folder_command,
     same_value,
-    take_options,
 )
-from autotune.trainers.kit.output import read_output, trainer_reading
+from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.aitklog import read_aitk_output
-from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 #: Everything the trainer reads lives in the first process of the job (config/examples/*.yaml).
 PROCESS = "config.process.0"
@@ -134,11 +120,9 @@ class AiToolkitAdapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("trainer_dir", "launcher", "hook"))
-        trainer_dir = options.get("trainer_dir")
-        self.trainer_dir = Path(trainer_dir).resolve() if trainer_dir else None
-        self.launcher: list[str] | None = launcher_option(options)
-        self.hook = hook_option(options, self.name)
+        shared = adapter_options(options, self.name, ("trainer_dir", "launcher", "hook"))
+        self.trainer_dir = shared.trainer_dir.resolve() if shared.trainer_dir else None
+        self.launcher, self.hook = shared.launcher, shared.hook
 
     # --- baseline ------------------------------------------------------------------------------
 
@@ -308,18 +292,7 @@ class AiToolkitAdapter(TrainerAdapter):
     # --- reading -------------------------------------------------------------------------------
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
-        try:
-            trial_dir = Path(trial_dir)
-            record = read_trial_record(trial_dir)
-            job = record.get("job_name")
-            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
-            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            text = read_output(trial_dir, output)
-            bar = read_aitk_output(text, job if isinstance(job, str) else None) or TrialMetrics()
-            own = trainer_reading(file_metrics, bar, own_rate=False)
-            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
-        except Exception:  # the contract: a reader never takes the sweep down
-            return TrialMetrics()
+        return read_trial_metrics(trial_dir, output, _read_bar, own_rate=False)
 
     # --- the full run --------------------------------------------------------------------------
 
@@ -329,21 +302,20 @@ class AiToolkitAdapter(TrainerAdapter):
         cfg.set_many({k: v for k, v in edits.items() if not cfg.has(k) or not same_value(cfg.get(k), v)})
         return cfg.dump()
 
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
-        base = baseline or Baseline(trainer=self.name, text="", data={})
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
+        base = winner.baseline_or_empty(self.name)
         try:
             cwd: Path | None = self.cwd(base)
         except UsageError:
             cwd = None
         argv = self.train_argv(cwd, Path(config_path).resolve())
-        return f"cd {shlex.quote(str(cwd or 'ai-toolkit'))} && {shlex.join(argv)}"
+        return folder_command(cwd or "ai-toolkit", argv)
+
+
+def _read_bar(text: str, record: Mapping[str, Any]) -> TrialMetrics | None:
+    """The job's progress bar (its name from the trial record: the bar's label)."""
+    job = record.get("job_name")
+    return read_aitk_output(text, job if isinstance(job, str) else None)
 
 
 def trial_recipe(data: Mapping[str, Any], steps: int, trial_dir: Path) -> dict[str, Any]:

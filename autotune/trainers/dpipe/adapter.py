@@ -19,24 +19,14 @@ numbers come from DeepSpeed's step lines (``readers/dslog``) and the hook.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.config.tomledit import TomlConfig, load_toml_data
-from autotune.core.metrics import Readings, TrialMetrics
-from autotune.core.verdict import combine
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import UsageError
-from autotune.trainers.base import (
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    read_baseline,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.dpipe.config import (
     GRAD_ACCUM_KEY,
     KNOB_KEYS,
@@ -61,19 +51,15 @@ from autotune.trainers.dpipe.recipe import (
     recipe_edits,
 )
 from autotune.trainers.kit.common import (
+    adapter_options,
     check_params,
     check_positive_int,
-    effective_batch_of,
-    hook_option,
-    launcher_option,
-    read_trial_record,
+    folder_command,
     same_value,
-    take_options,
 )
-from autotune.trainers.kit.output import read_output, trainer_reading
+from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
-from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 #: Study param -> the config key it sets (dotted: ``model.transformer_dtype`` is ``[model]``'s).
 RUN_ENV = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
@@ -110,11 +96,8 @@ class DiffusionPipeAdapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("trainer_dir", "launcher", "hook"))
-        trainer_dir = options.get("trainer_dir")
-        self.trainer_dir = Path(trainer_dir) if trainer_dir else None
-        self.launcher: list[str] | None = launcher_option(options)
-        self.hook = hook_option(options, self.name)
+        shared = adapter_options(options, self.name, ("trainer_dir", "launcher", "hook"))
+        self.trainer_dir, self.launcher, self.hook = shared.trainer_dir, shared.launcher, shared.hook
 
     # --- baseline ------------------------------------------------------------------------------
 
@@ -295,18 +278,11 @@ class DiffusionPipeAdapter(TrainerAdapter):
     # --- reading -------------------------------------------------------------------------------
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
-        try:
-            trial_dir = Path(trial_dir)
-            record = read_trial_record(trial_dir)
-            log = read_deepspeed_steps(read_output(trial_dir, output)) or TrialMetrics()
-            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
-            # DeepSpeed's samples/sec is micro batch x accumulation x data-parallel ranks over the
-            # step (engine.py:399-400): the trainer's own figure, kept beside the hook's timing.
-            own = trainer_reading(log, file_metrics, own_rate=True)
-            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
-        except Exception:  # the contract: a reader never takes the sweep down
-            return TrialMetrics()
+        # DeepSpeed's samples/sec is micro batch x accumulation x data-parallel ranks over the
+        # step (engine.py:399-400): the trainer's own figure, kept beside the hook's timing.
+        return read_trial_metrics(
+            trial_dir, output, lambda text, _: read_deepspeed_steps(text), own_rate=True, log_first=True
+        )
 
     # --- the full run --------------------------------------------------------------------------
 
@@ -319,18 +295,11 @@ class DiffusionPipeAdapter(TrainerAdapter):
                 cfg.set(key, value)
         return cfg.text
 
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
-        base = baseline or Baseline(trainer=self.name, text="", data={})
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
+        base = winner.baseline_or_empty(self.name)
         argv = self.launch_command(base, Path(config_path).resolve())
         cwd = self._cwd_or_none(base)
-        return f"cd {shlex.quote(str(cwd or 'diffusion-pipe'))} && {shlex.join(argv)}"
+        return folder_command(cwd or "diffusion-pipe", argv)
 
 
 #: The optimizer families the knob turns within, each 8-bit states first, then its full AdamW

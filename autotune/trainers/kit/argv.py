@@ -66,6 +66,16 @@ def set_bool_flag(args: list[str], flag: str, on: bool) -> list[str]:
     return [a for a in args if a != flag]
 
 
+def drop_flags(args: list[str], value_flags: Sequence[str], bool_flags: Sequence[str]) -> list[str]:
+    """``args`` without each of ``value_flags`` (and its value) and each of ``bool_flags``: what a
+    trial's short run leaves out of the baseline command (sampling, saves, resumes, uploads)."""
+    for flag in value_flags:
+        args = drop_value_flag(args, flag)
+    for flag in bool_flags:
+        args = set_bool_flag(args, flag, False)
+    return args
+
+
 def flag_number(args: Sequence[str], flag: str, default: int) -> int | str:
     """A whole-number flag's value in a baseline command, or its text as written when it is not
     one (``check_baseline_values`` then names the file, the flag and the value)."""

@@ -5,14 +5,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from collections.abc import Iterable, Mapping
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotune.core.metrics import merge_metrics as merge_metrics  # re-exported: the adapters, tests
 from autotune.errors import ConfigError, UsageError
 from autotune.execution.hookseal import HOOK_FILE_VAR
-from autotune.execution.launch import check_program
+from autotune.execution.launch import check_program, env_prefix
 from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME
 from autotune.trainers.kit.readers.metricsfile import METRICS_ENV, METRICS_FILE_NAME
 
@@ -126,6 +128,36 @@ def launcher_option(options: Mapping[str, Any]) -> list[str] | None:
             f"launcher must be a non-empty list of strings, like ['/path/venv/bin/python']; got {launcher!r}"
         )
     return [check_program(launcher[0], "trainer python"), *launcher[1:]]
+
+
+@dataclass(frozen=True)
+class AdapterOptions:
+    """The options adapters share, read and checked in one place (``adapter_options``)."""
+
+    #: The argv that runs Python (``--trainer-python PATH``); ``None``: the adapter's own default.
+    launcher: list[str] | None
+    #: Inject the trial-side hook (``--no-hook`` turns it off).
+    hook: bool
+    #: The trainer's checkout (``--trainer-dir``), as given; ``None``: not given.
+    trainer_dir: Path | None
+
+
+def adapter_options(options: dict[str, Any], trainer: str, known: Iterable[str]) -> AdapterOptions:
+    """``options`` refused unless ``known`` (``take_options``), and the shared ones read: what an
+    adapter's ``__init__`` starts with, before the options of its own."""
+    take_options(options, trainer, known)
+    trainer_dir = options.get("trainer_dir")
+    return AdapterOptions(
+        launcher=launcher_option(options),
+        hook=hook_option(options, trainer),
+        trainer_dir=Path(trainer_dir) if trainer_dir else None,
+    )
+
+
+def folder_command(folder: Path | str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """``cd FOLDER && [NAME=value ...] ARGV``, shell-quoted: a full run's command as the report prints it."""
+    prefix = env_prefix(env or {})
+    return f"cd {shlex.quote(str(folder))} && {prefix + ' ' if prefix else ''}{shlex.join(argv)}"
 
 
 def same_value(a: Any, b: Any) -> bool:

@@ -3,15 +3,19 @@ launch record, and a winning command written back as a script."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from autotune.config.shellscript import parse_launch_script
+from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError
-from autotune.execution.launch import env_prefix, is_secret_name
+from autotune.execution.launch import env_prefix, is_secret_name, redacted_env
 
 #: The first lines of a winning command written as a script (``final_config``).
 SCRIPT_HEAD = (
@@ -31,6 +35,51 @@ def command_lines(record: dict[str, Any], argv: Sequence[str]) -> list[str]:
     env = env_prefix(record["env"])
     lines.append(f"cd {shlex.quote(record['cwd'])} && " + (env + " " if env else "") + _wrap_argv(argv))
     return lines
+
+
+def read_launch_record(text: str, path: Path | None) -> dict[str, Any]:
+    """The launch record of a baseline's text, in the YAML form (``script:``, ``args:``...) or a
+    launcher script; relative folders start at ``path``'s folder (no path: the current one)."""
+    source = str(path) if path else "<command>"
+    folder = str(Path(path).resolve().parent) if path else str(Path.cwd())
+    data: Any
+    try:
+        data = load_yaml(text, source)
+    except ConfigError:
+        data = None
+    if isinstance(data, dict) and ("script" in data or "args" in data):
+        return record_from_yaml(data, source, folder)
+    return record_from_command(text, source, folder)
+
+
+#: What a flag-driven trial runs with besides the inherited environment and the record's own.
+RUN_ENV = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
+
+
+def python_argv(python: Sequence[str], script: str, args: Sequence[str], gpus: int) -> list[str]:
+    """``PYTHON SCRIPT ARGS``, for several GPUs through ``-m accelerate.commands.launch --num_processes N``
+    (what ``accelerate launch`` runs, with the Python given)."""
+    accelerate = ["-m", "accelerate.commands.launch", "--num_processes", str(gpus)] if gpus > 1 else []
+    return [*python, *accelerate, script, *args]
+
+
+def write_launch_files(
+    trial_dir: Path, record: Mapping[str, Any], args: list[str], argv: list[str]
+) -> dict[str, str]:
+    """Beside a flag-driven trial: ``config.yaml``, its launch record for people and for
+    ``load_baseline`` (secrets in the env redacted: they go to the trainer only, a hub token must
+    not reach the disk), and ``argv.json``. Returns the env the trial adds to the inherited one."""
+    kept = {key: record[key] for key in ("script", "launcher", "cwd")}
+    (trial_dir / "config.yaml").write_text(
+        yaml.safe_dump(
+            {**kept, "args": args, "env": redacted_env(record["env"]), "argv": argv},
+            sort_keys=False,
+            width=10**6,
+        ),
+        encoding="utf-8",
+    )
+    (trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
+    return {**RUN_ENV, **record["env"]}
 
 
 def record_from_yaml(data: dict[str, Any], source: str, folder: str) -> dict[str, Any]:

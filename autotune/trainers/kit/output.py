@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from autotune.core.metrics import TrialMetrics, merge_metrics
+from autotune.core.metrics import Readings, TrialMetrics, merge_metrics
+from autotune.core.verdict import combine
+from autotune.trainers.kit.common import effective_batch_of, read_trial_record
+from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
+from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
 
 #: How much of each of a trial's logs is read (its end: the metrics and the failure sit there).
 LOG_TAIL_BYTES = 32 * 1024 * 1024
@@ -37,3 +43,35 @@ def trainer_reading(*readings: TrialMetrics, own_rate: bool) -> TrialMetrics:
     if not own_rate and merged.step_time_s is not None:
         merged.samples_per_s = None
     return merged
+
+
+#: A trainer's own log reader: the trial's output text and its record -> what the log says.
+LogReader = Callable[[str, Mapping[str, Any]], TrialMetrics | None]
+
+
+def read_trial_metrics(
+    trial_dir: Path,
+    output: str,
+    read_log: LogReader,
+    *,
+    own_rate: bool,
+    log_first: bool = False,
+    real_batch: Callable[[str, int | None], float | None] | None = None,
+) -> TrialMetrics:
+    """What an adapter's ``read_metrics`` returns: the hook's lines, the trainer's own readings (the
+    metrics file and ``read_log``'s, ``log_first``: the log the better one; ``own_rate``: as in
+    ``trainer_reading``) and the record's effective batch (``real_batch``: corrected from the text,
+    partial batches counted as partial), combined. Never raises (the contract): an empty reading."""
+    try:
+        trial_dir = Path(trial_dir)
+        record = read_trial_record(trial_dir)
+        text = read_output(trial_dir, output)
+        log = read_log(text, record) or TrialMetrics()
+        file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
+        own = trainer_reading(*((log, file_metrics) if log_first else (file_metrics, log)), own_rate=own_rate)
+        asked = effective_batch_of(record)
+        batch = real_batch(text, asked) if real_batch is not None else asked
+        hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
+        return combine(Readings(hook=hook, trainer=own, effective_batch=batch))
+    except Exception:  # the contract: a reader never takes the sweep down
+        return TrialMetrics()

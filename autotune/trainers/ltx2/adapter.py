@@ -9,7 +9,6 @@ directory. Its numbers come from its own ``Step`` lines and statistics block
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -21,23 +20,13 @@ from autotune.core.space import from_study_value, to_study_value
 from autotune.core.timing import WARMUP_STEPS
 from autotune.core.yamltext import load_yaml
 from autotune.errors import CandidateRefused, ConfigError, UsageError
-from autotune.trainers.base import (
-    NO_CUDA_KEY,
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    read_baseline,
-)
+from autotune.trainers.base import NO_CUDA_KEY, TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.kit.common import (
+    adapter_options,
     check_params,
     check_positive_int,
-    hook_option,
-    launcher_option,
+    folder_command,
     same_value,
-    take_options,
 )
 from autotune.trainers.kit.readers.ltx2log import MIN_STEPS_FOR_STEP_LINES, STEP_LINE_EVERY
 from autotune.trainers.kit.yamlkeys import GRAD_ACCUM_KEY as GRAD_ACCUM_KEY  # re-exported: tests
@@ -57,11 +46,8 @@ from autotune.trainers.ltx2.metrics import read_ltx2_metrics
 from autotune.trainers.ltx2.recipe import TEXT_ENCODER_8BIT_OFF, validates_with_8bit_text_encoder
 from autotune.trainers.ltx2.recipe import short_run_recipe as short_run_recipe
 from autotune.trainers.ltx2.recipe import trial_recipe as trial_recipe
-from autotune.trainers.ltx2.view import (
-    DataView,
-    ViewCache,
-    samples_for_trial,
-)
+from autotune.trainers.ltx2.view import DataView, ViewCache, samples_for_trial
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 #: The trainer's code defaults when a key is omitted (they differ from its example files).
 CODE_DEFAULTS: dict[str, Any] = {
@@ -124,16 +110,13 @@ class Ltx2Adapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(
+        shared = adapter_options(
             options,
             self.name,
             ("trainer_dir", "launcher", "accelerate_config", "hook", "trial_validation", "data_view"),
         )
-        trainer_dir = options.get("trainer_dir")
-        self.trainer_dir = Path(trainer_dir) if trainer_dir else None
-        self.launcher: list[str] | None = launcher_option(options)
+        self.trainer_dir, self.launcher, self.hook = shared.trainer_dir, shared.launcher, shared.hook
         self.accelerate_config: str | None = options.get("accelerate_config")
-        self.hook = hook_option(options, self.name)
         self.trial_validation = flag_option(options, "trial_validation", self.name)
         self.data_view = flag_option(options, "data_view", self.name)
         self._views = ViewCache()
@@ -303,22 +286,15 @@ class Ltx2Adapter(TrainerAdapter):
         cfg.set_many({k: v for k, v in knobs if not cfg.has(k) or not same_value(cfg.get(k), v)})
         return cfg.dump()
 
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
-        base = baseline or Baseline(trainer=self.name, text="", data={})
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
+        base = winner.baseline_or_empty(self.name)
         config_path = Path(config_path).resolve()
         argv = self.launch_argv(base, config_path, progress_bars=True)
         try:
             cwd = str(self.cwd(base))
         except UsageError:
             cwd = TRAINER_SUBDIR
-        return f"cd {shlex.quote(cwd)} && {shlex.join(argv)}"
+        return folder_command(cwd, argv)
 
 
 def check_knob_values(

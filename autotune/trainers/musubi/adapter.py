@@ -45,52 +45,25 @@ cut off by ``reset()`` (:2085-2086): ``read_tqdm_cumulative`` reads its per-step
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
-
 from autotune.config.tomledit import TomlConfig
-from autotune.core.metrics import Readings, TrialMetrics
-from autotune.core.verdict import combine
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import UsageError
-from autotune.execution.launch import redacted_env
-from autotune.trainers.base import (
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    read_baseline,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.kit.argv import (
-    drop_value_flag,
+    drop_flags,
     flag_number,
     flag_value,
     has_flag,
-    set_bool_flag,
     set_value_flag,
 )
-from autotune.trainers.kit.common import (
-    check_params,
-    check_positive_int,
-    effective_batch_of,
-    hook_option,
-    launcher_option,
-    read_trial_record,
-    take_options,
-)
-from autotune.trainers.kit.launchscript import (
-    SCRIPT_HEAD,
-    command_lines,
-)
-from autotune.trainers.kit.output import read_output, trainer_reading
-from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.common import adapter_options, check_params, check_positive_int
+from autotune.trainers.kit.launchscript import SCRIPT_HEAD, command_lines, python_argv, write_launch_files
+from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm_cumulative
 from autotune.trainers.musubi.command import HEREDOC, read_command
 from autotune.trainers.musubi.data import (
@@ -113,6 +86,7 @@ from autotune.trainers.musubi.flags import (
     set_knob_flags,
     swap_maximum,
 )
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 #: Short-run recipe: value flags and store_true flags a trial leaves out (see the module docstring).
 DROP_VALUE_FLAGS = (
@@ -171,15 +145,13 @@ class MusubiAdapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("launcher", "hook", "trainer_dir"))
-        self.launcher: list[str] | None = launcher_option(options)
-        trainer_dir = options.get("trainer_dir")
-        self.trainer_dir = Path(trainer_dir).expanduser().absolute() if trainer_dir is not None else None
+        shared = adapter_options(options, self.name, ("launcher", "hook", "trainer_dir"))
+        self.launcher, self.hook = shared.launcher, shared.hook
+        self.trainer_dir = shared.trainer_dir.expanduser().absolute() if shared.trainer_dir else None
         if self.trainer_dir is not None and not self.trainer_dir.is_dir():
             raise UsageError(
                 f"--trainer-dir {self.trainer_dir}: no such folder (give your musubi-tuner checkout)"
             )
-        self.hook = hook_option(options, self.name)
 
     # --- the baseline ----------------------------------------------------------------------------
 
@@ -245,10 +217,7 @@ class MusubiAdapter(TrainerAdapter):
 
     def write_trial(self, baseline: Baseline, params: Params, run: TrialRun) -> TrialLaunch:
         args, batch = self.knob_args(baseline, params, run.gradient_accumulation_steps)
-        for flag in DROP_VALUE_FLAGS:
-            args = drop_value_flag(args, flag)
-        for flag in DROP_BOOL_FLAGS:
-            args = set_bool_flag(args, flag, False)
+        args = drop_flags(args, DROP_VALUE_FLAGS, DROP_BOOL_FLAGS)
         args = set_value_flag(args, STEPS_FLAG, str(run.steps))
         args = set_value_flag(args, OUTPUT_FLAG, str(run.trial_dir / "output"))
         record = baseline.data
@@ -262,24 +231,7 @@ class MusubiAdapter(TrainerAdapter):
         args = set_value_flag(args, DATASET_FLAG, str(dataset_file))
         gpus = max(1, baseline.num_gpus)
         argv = self._argv(record, args, gpus)
-        (run.trial_dir / "config.yaml").write_text(
-            # A record for people and for ``load_baseline``; secrets in the env go to the trainer only.
-            yaml.safe_dump(
-                {
-                    "script": record["script"],
-                    "launcher": record["launcher"],
-                    "cwd": record["cwd"],
-                    "args": args,
-                    "env": redacted_env(record["env"]),
-                    "argv": argv,
-                },
-                sort_keys=False,
-                width=10**6,
-            ),
-            encoding="utf-8",
-        )
-        (run.trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
-        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
+        env = write_launch_files(run.trial_dir, record, args, argv)
         return TrialLaunch(
             argv=argv,
             cwd=Path(record["cwd"]),
@@ -292,17 +244,7 @@ class MusubiAdapter(TrainerAdapter):
         """``launcher script args``: the command's own ``accelerate launch ...`` (``--num_processes``
         set for several GPUs), or ``--trainer-python`` (through ``accelerate.commands.launch`` for several)."""
         if self.launcher is not None:
-            if gpus > 1:
-                return [
-                    *self.launcher,
-                    "-m",
-                    "accelerate.commands.launch",
-                    "--num_processes",
-                    str(gpus),
-                    record["script"],
-                    *args,
-                ]
-            return [*self.launcher, record["script"], *args]
+            return python_argv(self.launcher, record["script"], args, gpus)
         launcher = list(record["launcher"])
         if gpus > 1 and any(Path(t).name == "accelerate" for t in launcher[:1]) and "launch" in launcher:
             launcher = set_value_flag(launcher, "--num_processes", str(gpus))
@@ -311,17 +253,9 @@ class MusubiAdapter(TrainerAdapter):
     # --- reading ---------------------------------------------------------------------------------
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
-        try:
-            trial_dir = Path(trial_dir)
-            record = read_trial_record(trial_dir)
-            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
-            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            text = read_output(trial_dir, output)
-            bar = read_tqdm_cumulative(text) or TrialMetrics()
-            own = trainer_reading(file_metrics, bar, own_rate=False)
-            return combine(Readings(hook=hook, trainer=own, effective_batch=effective_batch_of(record)))
-        except Exception:  # the contract: a reader never takes the sweep down
-            return TrialMetrics()
+        return read_trial_metrics(
+            trial_dir, output, lambda text, _: read_tqdm_cumulative(text), own_rate=False
+        )
 
     # --- the winner ------------------------------------------------------------------------------
 
@@ -347,14 +281,7 @@ class MusubiAdapter(TrainerAdapter):
         lines += command_lines(record, self._argv(record, args, max(1, baseline.num_gpus)))
         return "\n".join(lines) + "\n"
 
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
         return f"bash {shlex.quote(str(config_path))}"
 
 

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config.tomledit import TomlConfig
-from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError
 from autotune.trainers.kit.argv import flag_value
-from autotune.trainers.kit.launchscript import record_from_command, record_from_yaml
+from autotune.trainers.kit.launchscript import read_launch_record
 from autotune.trainers.musubi.flags import DATASET_FLAG, SCRIPTS
 
 #: The heredoc ``final_config`` writes the winning dataset TOML with (read back by ``load_baseline``).
@@ -21,17 +20,8 @@ def read_command(text: str, path: Path | None, trainer_dir: Path | None) -> dict
     """The baseline record (``script``, ``args``, ``launcher``, ``cwd``, ``env``, ``arch``, the
     dataset's path and text) of a command's text; ``trainer_dir`` replaces its ``cwd``."""
     source = str(path) if path else "<command>"
-    folder = str(Path(path).resolve().parent) if path else str(Path.cwd())
     command, dataset_text = split_heredoc(text, source)
-    data: Any
-    try:
-        data = load_yaml(command, source)
-    except ConfigError:
-        data = None
-    if isinstance(data, dict) and ("script" in data or "args" in data):
-        record = record_from_yaml(data, source, folder)
-    else:
-        record = record_from_command(command, source, folder)
+    record = read_launch_record(command, path)
     if trainer_dir is not None:
         record["cwd"] = str(trainer_dir)
     script = Path(record["script"]).name

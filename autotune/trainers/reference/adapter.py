@@ -18,9 +18,10 @@ from autotune.config.yamlconf import RoundTripConfig
 from autotune.core.metrics import TrialMetrics
 from autotune.core.yamltext import load_yaml
 from autotune.errors import ConfigError, UsageError
-from autotune.trainers.base import Baseline, TrainerTraits
+from autotune.trainers.base import TrainerTraits
 from autotune.trainers.kit.common import take_options
 from autotune.trainers.ltx2.adapter import Ltx2Adapter
+from autotune.trainers.values import Baseline
 
 DEFAULT_BASELINE = ("reference", "low_vram.yaml")
 MODULE = "trials.reference"

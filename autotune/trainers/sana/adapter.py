@@ -22,30 +22,16 @@ trial-side hook; the step time may also come from tqdm's rate, the loss from its
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
-
-from autotune.core.metrics import Readings, TrialMetrics
-from autotune.core.verdict import combine
-from autotune.core.yamltext import load_yaml
+from autotune.core.metrics import TrialMetrics
 from autotune.errors import ConfigError
-from autotune.execution.launch import redacted_env
-from autotune.trainers.base import (
-    Baseline,
-    Params,
-    TrainerAdapter,
-    TrainerTraits,
-    TrialLaunch,
-    TrialRun,
-    read_baseline,
-)
+from autotune.trainers.base import TrainerAdapter, TrainerTraits, read_baseline
 from autotune.trainers.kit.argv import (
-    drop_value_flag,
+    drop_flags,
     flag_number,
     flag_value,
     has_flag,
@@ -53,26 +39,18 @@ from autotune.trainers.kit.argv import (
     set_bool_flag,
     set_value_flag,
 )
-from autotune.trainers.kit.common import (
-    check_params,
-    check_positive_int,
-    effective_batch_of,
-    hook_option,
-    launcher_option,
-    read_trial_record,
-    take_options,
-)
+from autotune.trainers.kit.common import adapter_options, check_params, check_positive_int
 from autotune.trainers.kit.launchscript import (
     SCRIPT_HEAD,
     command_lines,
-    record_from_command,
-    record_from_yaml,
+    python_argv,
+    read_launch_record,
+    write_launch_files,
 )
-from autotune.trainers.kit.output import read_output, trainer_reading
-from autotune.trainers.kit.readers.hookfile import HOOK_FILE_NAME, read_hook_file
-from autotune.trainers.kit.readers.metricsfile import METRICS_FILE_NAME, read_metrics_file
+from autotune.trainers.kit.output import read_trial_metrics
 from autotune.trainers.kit.readers.runblock import real_batch
 from autotune.trainers.kit.readers.tqdmbar import read_tqdm
+from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, TrialRun, Winner
 
 KNOBS = ("offload", "cache_latents", "optimizer", "batch_size", "gradient_checkpointing")
 #: Boolean knob -> the store_true flag that turns it on.
@@ -127,26 +105,14 @@ class SanaAdapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("launcher", "hook"))
-        self.launcher: list[str] | None = launcher_option(options)
-        self.hook = hook_option(options, self.name)
+        shared = adapter_options(options, self.name, ("launcher", "hook"))
+        self.launcher, self.hook = shared.launcher, shared.hook
 
     def load_baseline(self, config: Path | None) -> Baseline:
         return read_baseline(config, self.baseline_from_text, NO_CONFIG)
 
     def baseline_from_text(self, text: str, path: Path | None = None) -> Baseline:
-        source = str(path) if path else "<command>"
-        folder = str(Path(path).resolve().parent) if path else str(Path.cwd())
-        data: Any
-        try:
-            data = load_yaml(text, source)
-        except ConfigError:
-            data = None
-        if isinstance(data, dict) and ("script" in data or "args" in data):
-            record = record_from_yaml(data, source, folder)
-        else:
-            record = record_from_command(text, source, folder)
-        return Baseline(trainer=self.name, text=text, data=record, path=path)
+        return Baseline(trainer=self.name, text=text, data=read_launch_record(text, path), path=path)
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
         args = baseline.data["args"]
@@ -183,57 +149,25 @@ class SanaAdapter(TrainerAdapter):
         args = self.knob_args(baseline, params, run.gradient_accumulation_steps)
         args = set_value_flag(args, STEPS_FLAG, str(run.steps))
         args = set_value_flag(args, OUTPUT_FLAG, str(run.trial_dir / "output"))
-        for flag in DROP_VALUE_FLAGS:
-            args = drop_value_flag(args, flag)
-        for flag in DROP_BOOL_FLAGS:
-            args = set_bool_flag(args, flag, False)
+        args = drop_flags(args, DROP_VALUE_FLAGS, DROP_BOOL_FLAGS)
         if flag_value(args, "--checkpointing_steps") is not None:
             args = set_value_flag(args, "--checkpointing_steps", str(_NEVER))
         record = dict(baseline.data)
         argv = self._argv(record, args, max(1, baseline.num_gpus))
         run.trial_dir.mkdir(parents=True, exist_ok=True)
-        (run.trial_dir / "config.yaml").write_text(
-            # A record for people; the env goes to the trainer only (a hub token must not reach the disk).
-            yaml.safe_dump(
-                {**record, "env": redacted_env(record["env"]), "args": args, "argv": argv},
-                sort_keys=False,
-                width=10**6,
-            ),
-            encoding="utf-8",
-        )
-        (run.trial_dir / "argv.json").write_text(json.dumps(argv, indent=1) + "\n", encoding="utf-8")
-        env = {"PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", **record["env"]}
+        env = write_launch_files(run.trial_dir, record, args, argv)
         return TrialLaunch(
             argv=argv, cwd=Path(record["cwd"]), batch_size=int_flag(args, BATCH_FLAG, 1), env=env
         )
 
     def _argv(self, record: dict[str, Any], args: list[str], gpus: int) -> list[str]:
-        launcher = self.launcher or record["launcher"]
-        if gpus > 1:
-            return [
-                *launcher,
-                "-m",
-                "accelerate.commands.launch",
-                "--num_processes",
-                str(gpus),
-                record["script"],
-                *args,
-            ]
-        return [*launcher, record["script"], *args]
+        return python_argv(self.launcher or record["launcher"], record["script"], args, gpus)
 
     def read_metrics(self, trial_dir: Path, output: str) -> TrialMetrics:
-        try:
-            trial_dir = Path(trial_dir)
-            record = read_trial_record(trial_dir)
-            hook = read_hook_file(trial_dir / HOOK_FILE_NAME)
-            file_metrics = read_metrics_file(trial_dir / METRICS_FILE_NAME)
-            text = read_output(trial_dir, output)
-            tqdm = read_tqdm(text) or TrialMetrics()  # time, spread and losses
-            own = trainer_reading(file_metrics, tqdm, own_rate=False)
-            batch = real_batch(text, effective_batch_of(record))  # partial batches count as partial
-            return combine(Readings(hook=hook, trainer=own, effective_batch=batch))
-        except Exception:  # the contract: a reader never takes the sweep down
-            return TrialMetrics()
+        # The bar gives the time, its spread and the losses; partial batches count as partial.
+        return read_trial_metrics(
+            trial_dir, output, lambda text, _: read_tqdm(text), own_rate=False, real_batch=real_batch
+        )
 
     def final_config(self, baseline: Baseline, params: Params, *, gradient_accumulation_steps: int) -> str:
         """A runnable shell script: the baseline command with only the knob flags changed."""
@@ -243,12 +177,5 @@ class SanaAdapter(TrainerAdapter):
         lines = [*SCRIPT_HEAD, *command_lines(record, argv)]
         return "\n".join(lines) + "\n"
 
-    def training_command(
-        self,
-        config_path: Path,
-        *,
-        baseline: Baseline | None = None,
-        params: Params | None = None,
-        gradient_accumulation_steps: int | None = None,
-    ) -> str:
+    def training_command(self, config_path: Path, winner: Winner = NO_WINNER) -> str:
         return f"bash {shlex.quote(str(config_path))}"
