@@ -112,19 +112,19 @@ def pick_batch(
     """
     space = grid.space
     own = sorted(
-        (space.batch(c), p.peak) for c, p in k.points.items() if space.family(c) == fam and p.peak is not None
+        (grid.batch(c), p.peak) for c, p in k.points.items() if grid.family(c) == fam and p.peak is not None
     )
-    ooms = sorted(space.batch(c) for c in k.nofit if space.family(c) == fam)
-    floor = max((space.batch(c) for c, p in k.points.items() if space.family(c) == fam and p.fits), default=0)
+    ooms = sorted(grid.batch(c) for c in k.nofit if grid.family(c) == fam)
+    floor = max((grid.batch(c) for c, p in k.points.items() if grid.family(c) == fam and p.fits), default=0)
     above = [b for b in ooms if b > floor]
     ceiling = min(above, default=math.inf)
     for b in grid.batches:  # a batch dominance rules out also caps the frontier
-        if floor < b < ceiling and dominators(grid, k, space.with_batch(fam, b)):
+        if floor < b < ceiling and dominators(grid, k, grid.at(fam, b) or space.with_batch(fam, b)):
             ceiling = b
             break
-    frontier = [c for c in members if floor < space.batch(c) < ceiling]
+    frontier = [c for c in members if floor < grid.batch(c) < ceiling]
     if not frontier:
-        measured = sorted({space.batch(c) for c in k.points if space.family(c) == fam})
+        measured = sorted({grid.batch(c) for c in k.points if grid.family(c) == fam})
         return bisect_gap(grid, members, measured, bounds)
     if not own and (ooms or start_low):
         return frontier[0]  # the neighbours' line was far off (checkpointing off, say): start low
@@ -137,7 +137,7 @@ def pick_batch(
         target = predicted[-1] if predicted else floor + 1
         if len(above) >= 2 and math.isfinite(ceiling):
             target = min(target, max(floor + 1, (floor + int(ceiling)) // 2))
-    below = [c for c in frontier if space.batch(c) <= target]
+    below = [c for c in frontier if grid.batch(c) <= target]
     return below[-1] if below else frontier[0]
 
 
