@@ -78,6 +78,7 @@ def test_candidate_identity_ignores_key_order_only(a: dict, b: dict, same: bool)
         ([{"x": 1}, {"x": 2}], {"x": 1}, 1),
         ([{"x": 1}, {"x": 1}, {"x": 2}], {"x": 1}, 2),
         ([{"x": 2}], {"x": 1}, 0),
+        ([{"x": True}, {"x": 1}, {"x": 1, "y": 2}], {"x": 1}, 1),  # True is not 1, as the claim key says
     ],
 )
 def test_count_runs(history: list[dict], params: dict, seen: int) -> None:

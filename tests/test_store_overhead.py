@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 
+from autotune.core.record import TrialRecord
 from scripts import bench_overhead as bench
 
 
@@ -44,7 +45,7 @@ def _per_trial(tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch) -> li
     bench._sweep(folder, 1)
     bench._prefill(folder, size)
 
-    counters = {"built": 0, "sql": 0}
+    counters = {"built": 0, "sql": 0, "decoded": 0}
     build = RDBStorage._build_frozen_trial_from_trial_model
 
     def counting_build(self: RDBStorage, trial: Any) -> Any:
@@ -52,6 +53,14 @@ def _per_trial(tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch) -> li
         return build(self, trial)
 
     monkeypatch.setattr(RDBStorage, "_build_frozen_trial_from_trial_model", counting_build)
+    from_trial = TrialRecord.from_trial.__func__  # type: ignore[attr-defined]
+
+    def counting_from_trial(cls: type[TrialRecord], trial: Any) -> TrialRecord:
+        counters["decoded"] += 1
+        result: TrialRecord = from_trial(cls, trial)
+        return result
+
+    monkeypatch.setattr(TrialRecord, "from_trial", classmethod(counting_from_trial))
 
     def on_sql(*_args: Any) -> None:
         counters["sql"] += 1
@@ -81,7 +90,7 @@ def _per_trial(tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch) -> li
 
 
 @pytest.mark.timeout(300)
-def test_reads_and_statements_per_trial_do_not_grow_with_the_study(
+def test_reads_statements_and_decodes_per_trial_do_not_grow_with_the_study(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     small = _per_trial(tmp_path, 8, monkeypatch)
@@ -94,6 +103,10 @@ def test_reads_and_statements_per_trial_do_not_grow_with_the_study(
     # at 60 trials as at 8.
     assert max(d["sql"] for d in large) <= max(d["sql"] for d in small) + 3, (small, large)
     assert max(d["sql"] for d in large) <= 120, large
+    # Trial records decoded: those of the trials that changed (a finished trial's record is kept
+    # with it, ``TrialCache.memo``), not every trial's several times per turn.
+    assert max(d["decoded"] for d in large) <= max(d["decoded"] for d in small) + 2, (small, large)
+    assert max(d["decoded"] for d in large) < 60, large
 
 
 def test_the_fast_reader_builds_the_trials_optuna_builds(tmp_path: Path) -> None:

@@ -175,6 +175,37 @@ def test_trials_record_params_attrs_and_states(tmp_path: Path) -> None:
     assert s.counted_trials() == 3
 
 
+def test_what_is_derived_from_a_trial_is_kept_until_that_trial_changes(tmp_path: Path) -> None:
+    """``SweepStudy.memo``: built once per trial as read; our own write, another writer's and a
+    caller's older copy each get it built from the trial as it is then."""
+    s, _ = _open(tmp_path)
+    other, _ = _open(tmp_path)  # a second writer of the same study
+    done = s.start_trial({"batch_size": 1}, DISTS, {})
+    s.finish_trial(done, {"outcome": "ok", "samples_per_s": 2.0}, 2.0)
+    running = s.start_trial({"batch_size": 2}, DISTS, {"pid": 1})
+    built: list[tuple[int, Any]] = []
+
+    def outcome(t: Any) -> Any:
+        built.append((t.number, t.user_attrs.get("pid")))
+        return s.record(t).outcome
+
+    def look() -> list[Any]:
+        return [s.memo(t, "outcome", outcome) for t in s.trials()]
+
+    assert look() == ["ok", None] and look() == ["ok", None]
+    assert built == [(0, None), (1, 1)]  # each once, however often asked
+    stale = s.trials()[1]
+    s.set_trial_attrs(running, {"pid": 2})  # our write: that trial's copy is new
+    assert look() == ["ok", None] and built[2:] == [(1, 2)]
+    other.refresh()
+    other.finish_trial(other.trials()[1], {"outcome": "oom"}, None)  # another writer's
+    s.refresh()
+    assert look() == ["ok", "oom"] and built[3:] == [(1, 2)]
+    assert s.memo(stale, "outcome", outcome) is None and built[4:] == [(1, 1)]  # not the trial held
+    assert s.memo(stale, "outcome", outcome) is None and len(built) == 6  # so not kept either
+    assert s.record(s.trials()[0]) is s.record(s.trials()[0])
+
+
 def test_budget_and_count_add_up_across_resumes(tmp_path: Path) -> None:
     s, _ = _open(tmp_path)
     for outcome in ("ok", "interrupted"):

@@ -190,20 +190,20 @@ class SpeedBounds:
             return
         # Each point widened once (not once per pair of families: the pairs grow with the square
         # of the families measured): its high and low end, the same floats the ratio divides.
+        # Ratios bound only a family's unmeasured candidates: none for a family measured whole
+        # (so the high ends are needed of the open families only).
+        open_families = {grid.family(c) for c in grid.candidates if c not in k.points}
         mn = self.min_noise
         hi: dict[Candidate, dict[int, float]] = {}
         lo: dict[Candidate, dict[int, float]] = {}
         for fam, pts in measured.items():
             if grid.offloads(fam):
                 continue
-            hi[fam] = {b: p.samples_per_s * (1 + margin(p, mn)) for b, p in pts.items()}
+            if fam in open_families:
+                hi[fam] = {b: p.samples_per_s * (1 + margin(p, mn)) for b, p in pts.items()}
             lo[fam] = {b: p.samples_per_s * (1 - margin(p, mn)) for b, p in pts.items()}
-        # Ratios bound only a family's unmeasured candidates: none for a family measured whole.
-        open_families = {grid.family(c) for c in grid.candidates if c not in k.points}
         ratios: dict[Candidate, list[tuple[Candidate, float]]] = defaultdict(list)
         for fam, fam_hi in hi.items():
-            if fam not in open_families:
-                continue
             for ref, ref_lo in lo.items():
                 if ref == fam:
                     continue
@@ -213,13 +213,6 @@ class SpeedBounds:
         if not ratios:
             return
         base = dict(ub)  # bound by the other family's own bound, not one already learned (no cycles)
-        refs = {ref for pairs in ratios.values() for ref, _ in pairs}
-        at: dict[tuple[Candidate, int], float] = {}  # (ref family, batch) -> its own bound there
-        for ref in refs:
-            for b in grid.batches:
-                other = grid.space.with_batch(ref, b)
-                if other in base:
-                    at[ref, b] = base[other]
         for c in grid.candidates:
             if c in k.points:
                 continue
@@ -229,9 +222,9 @@ class SpeedBounds:
             b = grid.batch(c)
             bound = ub[c]
             for ref, ratio in fam_ratios:
-                other_ub = at.get((ref, b))
-                if other_ub is not None:
-                    bound = min(bound, other_ub * ratio)
+                other = grid.at(ref, b)  # the other family's own bound at this batch
+                if other is not None:
+                    bound = min(bound, base[other] * ratio)
             ub[c] = bound
 
     def _neighbours(self) -> dict[Candidate, list[tuple[Candidate, float]]]:

@@ -39,6 +39,10 @@ class Grid:
         }
         self._fam = {c: space.family(c) for c in grid}
         self._bat = {c: space.batch(c) for c in grid}
+        #: Each candidate as the grid spells it, and by (family, batch): asked per trial, per turn.
+        self._own = {c: c for c in grid}
+        self._at = {(self._fam[c], self._bat[c]): c for c in reversed(grid)}
+        self._fid = {c: space.fidelity_score(c) for c in grid}
         base_family = space.family(baseline)
         base_params = baseline.params
         plain = [k for k in space.knobs if k.name != space.batch_knob]
@@ -76,6 +80,19 @@ class Grid:
 
     def host_positions(self, c: Candidate) -> tuple[float, ...]:
         return self.hpos.get(c) or self.space.host_positions(c)
+
+    def own(self, c: Candidate) -> Candidate | None:
+        """The grid's candidate equal to ``c`` (knob-file order), or None when ``c`` is off the grid."""
+        return self._own.get(c)
+
+    def at(self, family: Candidate, batch: int) -> Candidate | None:
+        """The grid's candidate of ``family`` at ``batch`` (None: not on the grid)."""
+        return self._at.get((family, batch))
+
+    def fidelity(self, c: Candidate) -> int:
+        """``Space.fidelity_score`` of ``c``, looked up (near-ties ask it of every measured point)."""
+        f = self._fid.get(c)
+        return f if f is not None else self.space.fidelity_score(c)
 
     def family(self, c: Candidate) -> Candidate:
         f = self._fam.get(c)

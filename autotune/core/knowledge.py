@@ -128,10 +128,13 @@ class Knowledge:
 
     def exhausted(self, c: Candidate) -> bool:
         """A non-memory failure ran out of attempts (never retried forever)."""
-        for outcome, n in self.failures[c].items():
+        failed = self.failures.get(c)  # not ``[c]``: asking must not add an empty count per candidate
+        if not failed:
+            return False
+        for outcome, n in failed.items():
             if n >= ATTEMPTS.get(outcome, DEFAULT_ATTEMPTS):
                 return True
-        return sum(n for o, n in self.failures[c].items() if o != "interrupted") >= DEFAULT_ATTEMPTS
+        return sum(n for o, n in failed.items() if o != "interrupted") >= DEFAULT_ATTEMPTS
 
 
 def fits(obs: Observation, fit_limit_gb: float) -> bool:
@@ -147,11 +150,10 @@ def over_headroom(peak: float | None, fit_limit_gb: float) -> str:
 
 def read(history: Sequence[Observation], grid: Grid, fit_limit_gb: float) -> Knowledge:
     """The history's ``Knowledge`` (a candidate on the grid is taken as the grid spells it)."""
-    space = grid.space
     k = Knowledge()
     runs: dict[Candidate, list[Observation]] = defaultdict(list)
     for obs in history:
-        c = space.candidate(obs.candidate.params) if obs.candidate in grid else obs.candidate
+        c = grid.own(obs.candidate) or obs.candidate
         if obs.outcome is None:
             k.running.add(c)
             continue

@@ -112,14 +112,14 @@ def pick_batch(
     """
     space = grid.space
     own = sorted(
-        (space.batch(c), p.peak) for c, p in k.points.items() if space.family(c) == fam and p.peak is not None
+        (grid.batch(c), p.peak) for c, p in k.points.items() if grid.family(c) == fam and p.peak is not None
     )
-    ooms = sorted(space.batch(c) for c in k.nofit if space.family(c) == fam)
+    ooms = sorted(grid.batch(c) for c in k.nofit if grid.family(c) == fam)
     floor, ceiling = limits(grid, k, fam)
     above = [b for b in ooms if b > floor]
     front = frontier(grid, k, fam, members)
     if not front:
-        measured = sorted({space.batch(c) for c in k.points if space.family(c) == fam})
+        measured = sorted({grid.batch(c) for c in k.points if grid.family(c) == fam})
         return bisect_gap(grid, members, measured, bounds)
     if not own and (ooms or start_low):
         return front[0]  # the neighbours' line was far off (checkpointing off, say): start low
@@ -132,19 +132,18 @@ def pick_batch(
         target = predicted[-1] if predicted else floor + 1
         if len(above) >= 2 and math.isfinite(ceiling):
             target = min(target, max(floor + 1, (floor + int(ceiling)) // 2))
-    below = [c for c in front if space.batch(c) <= target]
+    below = [c for c in front if grid.batch(c) <= target]
     return below[-1] if below else front[0]
 
 
 def limits(grid: Grid, k: Knowledge, fam: Candidate) -> tuple[int, float]:
     """The family's largest measured fit (``floor``, 0: none) and smallest proven non-fit above it
     (``ceiling``, inf: none; a batch dominance rules out counts as one)."""
-    space = grid.space
-    floor = max((space.batch(c) for c, p in k.points.items() if space.family(c) == fam and p.fits), default=0)
-    above = (space.batch(c) for c in k.nofit if space.family(c) == fam and space.batch(c) > floor)
+    floor = max((grid.batch(c) for c, p in k.points.items() if grid.family(c) == fam and p.fits), default=0)
+    above = (grid.batch(c) for c in k.nofit if grid.family(c) == fam and grid.batch(c) > floor)
     ceiling = min(above, default=math.inf)
-    for b in grid.batches:
-        if floor < b < ceiling and dominators(grid, k, space.with_batch(fam, b)):
+    for b in grid.batches:  # a batch dominance rules out also caps the frontier
+        if floor < b < ceiling and dominators(grid, k, grid.at(fam, b) or grid.space.with_batch(fam, b)):
             return floor, b
     return floor, ceiling
 

@@ -174,7 +174,7 @@ class Strategy:
 
     def _best(self, k: Knowledge) -> Point | None:
         pool = [
-            verdict.Contender(p, p.samples_per_s, p.noise, self.space.fidelity_score(c), i)
+            verdict.Contender(p, p.samples_per_s, p.noise, self._grid.fidelity(c), i)
             for i, (c, p) in enumerate(k.points.items())
             if p.fits and c not in k.nan
         ]
@@ -280,11 +280,11 @@ class Strategy:
         if best is None:
             return {c: ub[c] for c in cands}
         out = {}
-        fid = self.space.fidelity_score(best.candidate)
+        fid = self._grid.fidelity(best.candidate)
         for c in cands:
             if ub[c] > best.samples_per_s * (1 + self.min_gain):
                 out[c] = ub[c]
-            elif self.space.fidelity_score(c) > fid:
+            elif self._grid.fidelity(c) > fid:
                 tie = max(best.noise, self.min_noise)
                 if ub[c] >= best.samples_per_s * (1 - tie):
                     out[c] = ub[c]

@@ -440,14 +440,18 @@ def contenders(
     records: Iterable[TrialRecord], fidelity: Mapping[str, Any], limit_gb: float | None
 ) -> list[Contender[TrialRecord]]:
     """The trials that may win, as contenders (noise: each trial's own step-time spread)."""
-    out = []
-    for r in records:
-        if not may_win(r, limit_gb):
-            continue
-        sps = r.samples_per_s
-        assert sps is not None  # may_win checked it
-        out.append(Contender(r, sps, r.relative_spread or 0.0, fidelity_score(r.params, fidelity), r.number))
-    return out
+    return [c for r in records if (c := contender(r, fidelity, limit_gb)) is not None]
+
+
+def contender(
+    r: TrialRecord, fidelity: Mapping[str, Any], limit_gb: float | None
+) -> Contender[TrialRecord] | None:
+    """One trial as a contender, or None when it may not win (``may_win``)."""
+    if not may_win(r, limit_gb):
+        return None
+    sps = r.samples_per_s
+    assert sps is not None  # may_win checked it
+    return Contender(r, sps, r.relative_spread or 0.0, fidelity_score(r.params, fidelity), r.number)
 
 
 def pick_winner(

@@ -64,6 +64,9 @@ CLAIMS = sa.Table(
     sa.Column("claimed_at", sa.Float, nullable=False),
     sa.Column("heartbeat_at", sa.Float, nullable=False),
 )
+#: Every turn of every worker asks for a study's claims in one state (``in_flight``, the reaper's
+#: scans): without this index each asks the database to read every claim the study ever made.
+STATE_INDEX = sa.Index("ix_autotune_claims_study_state", CLAIMS.c.study_id, CLAIMS.c.state)
 
 
 def canonical_params(params: Mapping[str, Any]) -> str:
@@ -297,6 +300,7 @@ def ensure_table(engine: Engine) -> None:
         for attempt in range(5):
             try:
                 _METADATA.create_all(engine, checkfirst=True)
+                STATE_INDEX.create(engine, checkfirst=True)  # a table made before the index had none
                 break
             except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
                 if sa.inspect(engine).has_table(TABLE_NAME):
@@ -349,4 +353,6 @@ class Heartbeat:
 def count_runs(trial_params: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> int:
     """How many trials (params of each) ran or run ``params``: the ``seen`` of the next claim."""
     want = canonical_params(params)
-    return sum(1 for p in trial_params if canonical_params(p) == want)
+    # Equal dicts first (cheap; JSON-equal params of finite scalars are equal dicts), then the
+    # spelling that keeps True apart from 1: one JSON per trial per turn cost a sweep 10 ms at 2000.
+    return sum(1 for p in trial_params if p == params and canonical_params(p) == want)

@@ -11,16 +11,14 @@ opened by ``autotune.store.storage``.
 
 from __future__ import annotations
 
-import copy
 import datetime as _dt
 import math
 import re
-import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -36,6 +34,7 @@ from autotune.store import optuna_private as op
 from autotune.store.identity import ProcessIdentity
 from autotune.store.recovery import Recovered
 from autotune.store.settings import UPDATED_ON_RESUME, settings_diff
+from autotune.store.trialcache import TrialCache
 
 #: Study attr: the card size fit is judged on, unrounded (the settings keep it to 0.01 GB, too coarse
 #: for a small emulated card's fit constraint); studies without it use the settings' figure.
@@ -43,6 +42,7 @@ CARD_GB_ATTR = "card_vram_gb"
 #: Study attr: the card size in bytes, exact (an emulated 16.4 MiB card is 17196646, not "0.02 GB").
 CARD_BYTES_ATTR = "card_vram_bytes"
 GIB = 2**30
+T = TypeVar("T")
 
 
 def card_gb_of(attrs: Mapping[str, Any]) -> float | None:
@@ -141,15 +141,11 @@ class SweepStudy:
         self.study = study
         self.name = study.study_name
         self._study_id = storage.get_study_id_from_name(study.study_name)
-        # Trials as last read, in trial-id order; each write of ours puts its trial back as written.
-        # Other writers' trials show up after ``refresh`` (``_catch_up``: only what may have changed).
-        self._trials: list[FrozenTrial] | None = None
-        self._index: dict[int, int] = {}  # trial id -> position in ``_trials``
-        self._read_upto = -1  # the highest trial id a read of the study returned
+        # Trials as last read; each write of ours puts its trial back as written. Other writers'
+        # trials show up after ``refresh`` (only what may have changed is read again).
+        self.cache = TrialCache(storage, self._study_id)
         #: Where the sweep keeps its count of what it recorded (``autotune.store.generation``).
         self.mark_folder: Path | None = None
-        self._stale = False
-        self._read_at = 0.0  # time.monotonic() of the last look
 
     # opening
 
@@ -175,28 +171,10 @@ class SweepStudy:
             with warnings.catch_warnings():  # "experimental" since Optuna 3.2; nothing for our user to do
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([METRIC_NAME])
-        stored = study.user_attrs.get("settings")
-        if existed and stored is not None:
-            diff = settings_diff(stored, settings)
-            if diff:
-                raise StudyMismatchError(
-                    f"study {name!r} was started with different settings, so this is not a resume of it:\n  "
-                    + "\n  ".join(diff)
-                    + "\nRun with the study's settings to resume it, or start a new study with "
-                    "--study OTHER_NAME (or another --workdir)."
-                )
-            updates = {
-                k: settings[k] for k in UPDATED_ON_RESUME if settings.get(k) not in (None, stored.get(k))
-            }
-            if updates:
-                study.set_user_attr("settings", {**stored, **updates})
-        else:
-            study.set_user_attr("settings", dict(settings))
-            if workdir is not None:
-                study.set_user_attr("workdir", str(workdir.resolve()))
+        resumed = _settle_settings(study, settings, existed=existed, workdir=workdir)
         if existed:
             handle.fill_in_constraints()
-        return handle, existed and stored is not None
+        return handle, resumed
 
     # Optuna's view of fit
 
@@ -223,7 +201,7 @@ class SweepStudy:
         line = self.fit_line()
         for t in missing:
             op.set_trial_constraints(self.storage, op.trial_id(t), [self.fit_constraint(t.user_attrs, line)])
-        self._trials = None  # finished trials changed: read them all again (once, on resume)
+        self.cache.drop()  # finished trials changed: read them all again (once, on resume)
         return len(missing)
 
     @classmethod
@@ -262,79 +240,22 @@ class SweepStudy:
     def refresh(self) -> None:
         """Look for other writers' changes at the next look: trials added since, and the ones
         that were unfinished (a finished trial never changes, so it is never read again)."""
-        self._stale = True
+        self.cache.refresh()
 
     def refresh_if_changed(self, max_age_s: float = 10.0) -> None:
-        """``refresh`` when another writer added trials (one COUNT query), or the last look is
-        older than ``max_age_s`` (another worker may have finished one of its trials)."""
-        if self._trials is None or self._stale:
-            return
-        if time.monotonic() - self._read_at > max_age_s or (
-            op.count_trials(self.storage, self._study_id) != len(self._trials)
-        ):
-            self._stale = True
-
-    def _put(self, trial: FrozenTrial) -> None:
-        """One trial into the cache (replacing the copy of it there), in trial-id order."""
-        assert self._trials is not None
-        tid = op.trial_id(trial)
-        at = self._index.get(tid)
-        if at is not None:
-            self._trials[at] = trial
-        else:
-            self._index[tid] = len(self._trials)
-            self._trials.append(trial)
-            if len(self._trials) > 1 and op.trial_id(self._trials[-2]) > tid:  # out of order: rare
-                self._trials.sort(key=op.trial_id)
-                self._index = {op.trial_id(t): i for i, t in enumerate(self._trials)}
-
-    def _reread(self, trial_id: int, fresh: FrozenTrial | None = None) -> None:
-        """Our own write changed one trial: put only that one back into the cache.
-
-        Re-reading every trial after each of the dozen writes per trial made a sweep's own
-        bookkeeping grow with its length (O(n) per trial: 0.6 s per trial at 200 trials).
-        """
-        if self._trials is None:
-            return
-        self._put(fresh if fresh is not None else self.storage.get_trial(trial_id))
-
-    def _catch_up(self) -> None:
-        """Read what may have changed since the last look: the unfinished trials and the new ones.
-
-        "New" is above the highest id the last read saw (not our own newest trial: other
-        writers may have added trials below it meanwhile). A trial committed late under a lower
-        id than one already seen (PostgreSQL hands ids out before commit) is caught by the count:
-        when the cache holds fewer trials than the study, everything is read once more.
-        """
-        assert self._trials is not None
-        after = self._read_upto
-        changed = {op.trial_id(t) for t in self._trials if not t.state.is_finished()}
-        for t in op.read_trials_since(self.storage, self._study_id, changed, after):
-            self._put(t)
-            self._read_upto = max(self._read_upto, op.trial_id(t))
-        if len(self._trials) != op.count_trials(self.storage, self._study_id):
-            self._read_all()
-        self._stale = False
-        self._read_at = time.monotonic()
-
-    def _read_all(self) -> None:
-        self._trials = op.read_trials(self.storage, self._study_id)
-        self._index = {op.trial_id(t): i for i, t in enumerate(self._trials)}
-        self._read_upto = op.trial_id(self._trials[-1]) if self._trials else -1
-        self._stale = False
-        self._read_at = time.monotonic()
+        """``refresh`` when another writer added trials, or the last look is older than ``max_age_s``."""
+        self.cache.refresh_if_changed(max_age_s)
 
     def trials(self, states: Iterable[TrialState] | None = None) -> list[FrozenTrial]:
-        if self._trials is None:
-            self._read_all()
-        elif self._stale:
-            self._catch_up()
-        trials = self._trials
-        assert trials is not None
-        if states is None:
-            return list(trials)
-        wanted = tuple(states)
-        return [t for t in trials if t.state in wanted]
+        return self.cache.trials(states)
+
+    def record(self, trial: FrozenTrial) -> TrialRecord:
+        """``TrialRecord.from_trial(trial)``, decoded once per trial as read (``TrialCache.memo``)."""
+        return self.cache.record(trial)
+
+    def memo(self, trial: FrozenTrial, key: Hashable, build: Callable[[FrozenTrial], T]) -> T:
+        """``build(trial)`` once per trial as read (``TrialCache.memo``)."""
+        return self.cache.memo(trial, key, build)
 
     def trial(self, number: int) -> FrozenTrial:
         for t in self.trials():
@@ -348,7 +269,7 @@ class SweepStudy:
 
     def trial_counts(self) -> TrialCounts:
         """The study's trial counts (``core.record.count_trials``: the one count every view says)."""
-        return count_trials(TrialRecord.from_trial(t) for t in self.trials())
+        return count_trials(self.record(t) for t in self.trials())
 
     def spent_s(self, now: _dt.datetime | None = None) -> float:
         """Seconds of trial time spent so far, across every run of this study (``--budget``)."""
@@ -357,7 +278,7 @@ class SweepStudy:
         for t in self.trials():
             if t.datetime_start is None:
                 continue
-            recorded = TrialRecord.from_trial(t).spent_s
+            recorded = self.record(t).spent_s
             if recorded is not None:
                 total += recorded
                 continue
@@ -380,20 +301,14 @@ class SweepStudy:
         )
         trial_id = self.storage.create_new_trial(self._study_id, template_trial=template)
         trial = self.storage.get_trial(trial_id)
-        self._reread(trial_id, trial)
+        self.cache.put(trial)
         return trial
 
     def set_trial_attrs(self, trial: FrozenTrial, attrs: Mapping[str, Any]) -> None:
         """Set several user attrs of a running trial in one transaction (one commit, all or none)."""
         tid = op.trial_id(trial)
         op.write_trial_attrs(self.storage, tid, attrs)
-        at = self._index.get(tid) if self._trials is not None else None
-        if at is None or self._trials is None:
-            self._reread(tid)
-            return
-        cached = copy.copy(self._trials[at])  # as written: no need to read it back
-        cached.user_attrs = {**cached.user_attrs, **attrs}
-        self._trials[at] = cached
+        self.cache.put_attrs(tid, attrs)
 
     def finish_trial(self, trial: FrozenTrial, attrs: Mapping[str, Any], value: float | None) -> FrozenTrial:
         """Write the trial's user attrs and its fit constraint (one transaction), then COMPLETE with
@@ -411,9 +326,10 @@ class SweepStudy:
         ):
             raise StorageError(f"trial {trial.number} of study {self.name!r} could not be finished")
         finished = self.storage.get_trial(tid)
-        self._reread(tid, finished)
-        if self.mark_folder is not None and self._trials is not None:
-            generation.write_mark(self.mark_folder, generation.of_trials(self._trials))
+        self.cache.put(finished)
+        held = self.cache.held()
+        if self.mark_folder is not None and held is not None:
+            generation.write_mark(self.mark_folder, generation.of_trials(held))
         return finished
 
     # resume
@@ -439,3 +355,29 @@ class SweepStudy:
         """Mark trials that a dead orchestrator of this machine left RUNNING as FAIL/``interrupted``
         (``autotune.store.recovery.recover_stale``; ``kill`` ends each one's processes)."""
         return recovery.recover_stale(self, me, kill=kill)
+
+
+def _settle_settings(
+    study: optuna.Study, settings: Mapping[str, Any], *, existed: bool, workdir: Path | None
+) -> bool:
+    """Refuse a stored study started with different settings (``settings_diff``), record those a
+    resume may change, or store them on a new study; returns whether this resumes the study."""
+    stored = study.user_attrs.get("settings")
+    if existed and stored is not None:
+        diff = settings_diff(stored, settings)
+        if diff:
+            raise StudyMismatchError(
+                f"study {study.study_name!r} was started with different settings, so this is not a resume "
+                "of it:\n  "
+                + "\n  ".join(diff)
+                + "\nRun with the study's settings to resume it, or start a new study with "
+                "--study OTHER_NAME (or another --workdir)."
+            )
+        updates = {k: settings[k] for k in UPDATED_ON_RESUME if settings.get(k) not in (None, stored.get(k))}
+        if updates:
+            study.set_user_attr("settings", {**stored, **updates})
+        return True
+    study.set_user_attr("settings", dict(settings))
+    if workdir is not None:
+        study.set_user_attr("workdir", str(workdir.resolve()))
+    return False

@@ -32,10 +32,17 @@ RunConfirmation = Callable[[Candidate, int, dict[str, Any]], FrozenTrial]
 
 
 def fastest_fitting(study: st.SweepStudy, space: Space) -> FrozenTrial | None:
-    """The winner so far by the verdict's rule (the progress view's best)."""
-    records = [TrialRecord.from_trial(t) for t in study.trials((TrialState.COMPLETE,))]
-    best, _ = verdict.pick_winner(records, space.fidelity, None)
-    return study.trial(best.number) if best is not None else None
+    """The winner so far by the verdict's rule (the progress view's best); each trial is made a
+    contender once per trial as read (``SweepStudy.memo``): the best line is drawn every trial."""
+    key = ("contender", tuple(sorted(space.fidelity.items(), key=repr)))
+    pool = [
+        c
+        for t in study.trials((TrialState.COMPLETE,))
+        if (c := study.memo(t, key, lambda t: verdict.contender(study.record(t), space.fidelity, None)))
+        is not None
+    ]
+    best = verdict.winner(pool)
+    return study.trial(best.item.number) if best is not None else None
 
 
 def pick_best(study: st.SweepStudy, space: Space, strategy: SearchStrategy) -> int | None:
@@ -46,7 +53,7 @@ def pick_best(study: st.SweepStudy, space: Space, strategy: SearchStrategy) -> i
         return None
     cand = best.candidate
     for t, o in pairs:  # its first ok run: re-measures point at it (``remeasure_of``)
-        if o.candidate == cand and TrialRecord.from_trial(t).is_ok:
+        if o.candidate == cand and study.record(t).is_ok:
             return t.number
     return None
 

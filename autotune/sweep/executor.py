@@ -139,7 +139,7 @@ class TrialExecutor:
         digest = launch_digest(spec, trial_dir)
         spec = replace(spec, env={**spec.env, MARK_VAR: tag, **self.env})
         attrs_end.update(TrialRecord.attrs_of(command=spec.shell_command(), launch_digest=digest))
-        twin = earlier_same(study.trials(), digest, trial.number) if role == "search" else None
+        twin = earlier_same(study.trials(), digest, trial.number, study.record) if role == "search" else None
         if twin is not None:  # the very command ran already: never twice in one study
             attrs_end.update(reused_attrs(twin))
             self.progress.trial_finished(trial.number, one_line(str(attrs_end["reason"])))
@@ -218,11 +218,12 @@ class TrialExecutor:
     # between and around trials
 
     def _estimate_s(self) -> float | None:
-        records = [
-            TrialRecord.from_trial(t)
-            for t in self.scheduler.study.trials((TrialState.COMPLETE, TrialState.FAIL))
+        study = self.scheduler.study
+        walls = [
+            w
+            for t in study.trials((TrialState.COMPLETE, TrialState.FAIL))
+            if (w := study.memo(t, "wall_s", _wall_s)) is not None
         ]
-        walls = [r.wall_s for r in records if r.wall_s is not None and not r.is_interrupted]
         return statistics.median(walls) if walls else None
 
     def _update_best_line(self) -> None:
@@ -233,3 +234,9 @@ class TrialExecutor:
             self.progress.set_best(
                 f"{record.samples_per_s or 0.0:.3g} samples/s (trial {best.number}{unmeasured})"
             )
+
+
+def _wall_s(trial: FrozenTrial) -> float | None:
+    """A finished trial's own wall time, for the estimate (None: interrupted, or not recorded)."""
+    record = TrialRecord.from_trial(trial)
+    return None if record.is_interrupted else record.wall_s

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.record import TrialRecord
 from autotune.core.space import Space
 from autotune.core.strategy import Observation
 from autotune.errors import ConfigError
@@ -15,20 +14,29 @@ def observations(
     study: st.SweepStudy, space: Space, *, include_confirm: bool = False
 ) -> list[tuple[FrozenTrial, Observation]]:
     """Every finished trial but the interrupted (and the confirmations), plus those running elsewhere
-    (outcome None: never proposed again), each with the trial it came from."""
+    (outcome None: never proposed again), each with the trial it came from. Each trial's
+    observation is made once per trial as read (``SweepStudy.memo``): the strategy asks every turn."""
+    key = ("observation", id(space), include_confirm)
     out = []
     for t in study.trials():
-        record = TrialRecord.from_trial(t)
-        if record.is_interrupted or (record.role == "confirm" and not include_confirm):
-            continue
-        if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING):
-            continue
-        try:
-            cand = space.candidate(t.params)
-        except ConfigError:
-            continue  # params from another knob set (should not happen: settings are checked)
-        out.append((t, Observation.from_record(cand, record)))
+        made = study.memo(t, key, lambda t: (space, _observe(study, space, t, include_confirm)))
+        obs = made[1] if made[0] is space else _observe(study, space, t, include_confirm)
+        if obs is not None:
+            out.append((t, obs))
     return out
+
+
+def _observe(study: st.SweepStudy, space: Space, t: FrozenTrial, include_confirm: bool) -> Observation | None:
+    record = study.record(t)
+    if record.is_interrupted or (record.role == "confirm" and not include_confirm):
+        return None
+    if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING):
+        return None
+    try:
+        cand = space.candidate(t.params)
+    except ConfigError:
+        return None  # params from another knob set (should not happen: settings are checked)
+    return Observation.from_record(cand, record)
 
 
 def history(study: st.SweepStudy, space: Space, *, include_confirm: bool = False) -> list[Observation]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,7 +154,7 @@ class SearchLoop:
         counted on: a baseline seen unfinished in an older read may have finished since)."""
         plan = self.plan
         space, base = plan.space, plan.base_candidate
-        done = _finished_baseline(trials)
+        done = _finished_baseline(trials, self.scheduler.study.record)
         if done is None:  # the baseline first, alone: everyone else waits for its verdict
             busy = any(
                 t.state == TrialState.RUNNING and TrialRecord.from_trial(t).role == "baseline" for t in trials
@@ -253,10 +253,12 @@ def first_run_of(trials: Sequence[FrozenTrial], cand: Candidate) -> int | None:
     return None
 
 
-def _finished_baseline(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
+def _finished_baseline(
+    trials: Sequence[FrozenTrial], record_of: Callable[[FrozenTrial], TrialRecord]
+) -> FrozenTrial | None:
     """The baseline trial once it finished (not interrupted): decided by the trials, not an attr."""
     for t in trials:
-        record = TrialRecord.from_trial(t)
+        record = record_of(t)
         if t.state.is_finished() and record.role == "baseline" and not record.is_interrupted:
             return t
     return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,13 +78,18 @@ def launch_digest(spec: LaunchSpec, trial_dir: Path) -> str:
     return h.hexdigest()
 
 
-def earlier_same(trials: Sequence[FrozenTrial], digest: str, number: int) -> FrozenTrial | None:
+def earlier_same(
+    trials: Sequence[FrozenTrial],
+    digest: str,
+    number: int,
+    record_of: Callable[[FrozenTrial], TrialRecord] = TrialRecord.from_trial,
+) -> FrozenTrial | None:
     """The first finished trial (not ``number``) that ran this very launch and has a result to
-    reuse: an interrupted one has none, so it runs again."""
+    reuse: an interrupted one has none, so it runs again (``record_of``: the study's cached reader)."""
     for t in trials:
         if t.number == number or t.state not in (TrialState.COMPLETE, TrialState.FAIL):
             continue
-        record = TrialRecord.from_trial(t)
+        record = record_of(t)
         if record.get("launch_digest") != digest or record.outcome in (None, Outcome.INTERRUPTED.value):
             continue
         if record.get("same_command_as") is not None:
