@@ -126,3 +126,18 @@ def _restrict_scope(cfg: TomlConfig, scope: Any, where: str, *, top: bool) -> No
     frames = scope.get("frame_buckets")
     if isinstance(frames, list) and frames:
         put("frame_buckets", [max(_frames(list(frames), where))])
+
+
+def repeat_clips(cfg: TomlConfig, factor: int) -> None:
+    """Multiply every ``[[directory]]``'s ``num_repeats`` (its own, else the top level's, else 1:
+    dataset.py:735) by ``factor`` in place, so each bucket holds at least ``factor`` samples per
+    clip: a trial's bucket is never dropped for holding fewer than its global batch (dataset.py:
+    392-396). Repeats cost no caching (a sample is ``idx % len``, dataset.py:310)."""
+    if factor <= 1:
+        return
+    top = cfg.data.get("num_repeats", 1)
+    for scope in cfg.table_list("directory"):
+        own = scope.get("num_repeats", top)
+        scope["num_repeats"] = (
+            own * factor if isinstance(own, (int, float)) and not isinstance(own, bool) else factor
+        )
