@@ -60,14 +60,25 @@ SIZES = [(512, 512, 1), (512, 512, 33), (768, 432, 33)]
     [
         (Clip(1920, 1080, 40), (1.778, 576.0, 33)),  # 16:9 video: its own AR; the side is sqrt(768 * 432)
         (Clip(1000, 1000, 40), (1.0, 512.0, 33)),
-        # 16:9 with no 16:9 image bucket: nearest AR first, but 768x432x33 is out of reach, so the square
-        # frame-1 bucket (the first whose frames it reaches, 865-867)
-        (Clip(1920, 1080, 1), (1.0, 512.0, 1)),
+        # a 16:9 image: the candidates are the frame-sorted buckets at the argsort of its distance to the
+        # 2 distinct ARs [1.0, 1.778]: buckets #1 (768x432x33) and #0 (512x512x33), both out of its reach;
+        # the square frame-1 bucket is never tried, so it is skipped (856-870)
+        (Clip(1920, 1080, 1), None),
         (Clip(1920, 1080, 20), None),  # a video never goes to a frame-1 bucket (862-864)
     ],
 )
 def test_size_bucket(clip: Clip, expected: tuple[float, float, int] | None) -> None:
     assert size_bucket_of(clip, SIZES) == expected
+
+
+#: examples/cosmos_dataset.toml's size buckets.
+COSMOS = [(960, 960, 1), (960, 704, 1), (704, 960, 1), (1280, 704, 1), (704, 1280, 1)]
+
+
+def test_size_buckets_are_taken_in_the_order_the_real_code_indexes() -> None:
+    """The argsort over the sorted ARs indexes the frame-sorted bucket list (856-857): a 16:9 image's
+    nearest AR is 1280x704's 1.818, at index 4 of the sorted ARs, and index 4 of the list is 704x1280."""
+    assert size_bucket_of(Clip(1920, 1080, 1), COSMOS) == (0.55, 949.273, 1)
 
 
 def test_clips_go_to_the_nearest_ar_and_every_resolution() -> None:
@@ -229,6 +240,7 @@ def test_a_trial_repeats_its_clips_and_the_full_run_is_warned(tmp_path: Path) ->
     assert "at global batch 4 (micro batch 2 x 2 accumulation x 1 data-parallel GPU)" in text
     assert "trains 8 of 11 samples" in text
     assert "2 video(s) are shorter than the shortest video frame bucket" in text
+    assert "image(s) fit none" not in text
     assert "The largest bucket (512x512 px area, 33 frames, at most 3 samples in one AR bucket)" in text
     # at global batch 3 the 33-frame bucket survives: only the short clips are left to say
     fine = adapter.data_warnings(baseline, batch_size=1, gradient_accumulation_steps=3, data_parallel=1)

@@ -5,7 +5,7 @@ From ``utils/dataset.py`` @ 8f83dbf:
   bucket it reaches (lines 842-847: the smallest non-negative ``frames - bucket``); a video that
   reaches only the frame-1 bucket, i.e. is shorter than the shortest video bucket, is dropped
   (lines 844-850: "being skipped because it is too short", a print); with ``size_buckets`` the
-  first bucket by AR distance whose frames it reaches, longest first (lines 854-872, 464);
+  first bucket it reaches in an order ``size_bucket_of`` spells out (lines 854-872, 464, 494-507);
 - ``1`` is always a frame bucket (lines 508-511); the ARs are ``[1.0]`` without
   ``enable_ar_bucket``, ``ar_buckets`` if given, else ``geomspace(min_ar, max_ar, num_ar_buckets)``
   (lines 494-505), rounded to 3 decimals and deduplicated (lines 74-78);
@@ -100,11 +100,17 @@ def _nearest_ar(clip: Clip, ars: Sequence[float]) -> float:
 
 
 def size_bucket_of(clip: Clip, sizes: Sequence[tuple[int, int, int]]) -> Key | None:
-    """dataset.py:854-872: nearest AR first (stable over the longest-frames-first order), the first
-    whose frames the clip reaches, a video never in a frame-1 bucket."""
-    ordered = sorted(sizes, key=lambda b: -b[2])
+    """dataset.py:854-872 as it runs: the buckets sorted longest frames first (line 464, stable),
+    then taken in the order of ``argsort`` of the clip's distance to the sorted, deduplicated ARs
+    of the buckets (lines 494-507, 856-857), a video never in a frame-1 bucket; the first whose
+    frames the clip reaches. The ``argsort`` indexes the frame-sorted buckets, not the ARs it
+    sorted, so a clip may land in a bucket of another AR, and only as many buckets as there are
+    distinct ARs are tried: the rule followed, not the intent."""
+    ordered = sorted(sizes, key=lambda b: b[2], reverse=True)
+    ars = sorted({round(w / h, ROUND_DIGITS) for w, h, _ in ordered})
     log_ar = math.log(clip.width / clip.height)
-    for w, h, f in sorted(ordered, key=lambda b: abs(log_ar - math.log(b[0] / b[1]))):
+    for i in sorted(range(len(ars)), key=lambda i: abs(log_ar - math.log(ars[i]))):
+        w, h, f = ordered[i]
         if clip.frames > 1 and f == 1:
             continue
         if clip.frames >= f:
@@ -117,14 +123,19 @@ class Layout:
     """Samples per size bucket over every directory, and the clips no bucket takes."""
 
     samples: Counter[Key] = field(default_factory=Counter)  # clips x num_repeats
+    #: Videos too short for any video frame bucket.
     too_short: int = 0
+    #: Images no size bucket takes (``size_bucket_of``'s order).
+    unplaced: int = 0
 
     def add(self, scope: Scope) -> None:
         clips: Counter[Key] = Counter()
         for clip in scope.clips:
             keys = self._keys(clip, scope)
-            if not keys:
+            if not keys and clip.frames > 1:
                 self.too_short += 1
+            elif not keys:
+                self.unplaced += 1
             clips.update(keys)
         for key, n in clips.items():  # int(len * num_repeats) per directory (line 337), then summed
             self.samples[key] += int(n * scope.num_repeats)
@@ -171,10 +182,7 @@ class Drops:
     kept: int
     total: int
     too_short: int
-
-    @property
-    def any(self) -> bool:
-        return bool(self.whole) or self.remainder > 0 or self.too_short > 0
+    unplaced: int
 
 
 def drops_at(layout: Layout, batch: Batch) -> Drops:
@@ -190,7 +198,7 @@ def drops_at(layout: Layout, batch: Batch) -> Drops:
             whole[key] = samples
         else:
             remainder += samples - keep
-    return Drops(batch, whole, remainder, kept, total, layout.too_short)
+    return Drops(batch, whole, remainder, kept, total, layout.too_short, layout.unplaced)
 
 
 def volume(key: Key) -> float:

@@ -133,6 +133,12 @@ def full_run_warnings(data: DataRead, batch: Batch, how: str) -> list[str]:
             "bucket and are skipped by the trainer (utils/dataset.py:842-850); add a shorter frame bucket "
             "to train them."
         )
+    if drops.unplaced:
+        out.append(
+            f"diffusion-pipe data: {drops.unplaced} image(s) fit none of the size buckets it tries (one per "
+            "distinct aspect ratio, in an order that need not match it: utils/dataset.py:854-872) and are "
+            "skipped; add a frame-1 size bucket of their aspect ratio."
+        )
     top, kept = largest(data.layout), largest_kept(data.layout, batch)
     if top is not None and (kept is None or kept[1:] != top[1:]):
         full = (
