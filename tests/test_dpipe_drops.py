@@ -257,6 +257,31 @@ def test_a_trial_repeats_its_clips_and_the_full_run_is_warned(tmp_path: Path) ->
     assert full_run_warnings(read_data({"directory": []}, {}, tmp_path), Batch(4, 4), "x") == []
 
 
+def test_a_trial_trains_the_longest_frame_bucket_its_clips_reach(tmp_path: Path) -> None:
+    """Clips of 20 frames with frame_buckets [1, 17, 33]: the full run trains them at 17 frames
+    (dataset.py:842-847); a trial cut to [33] alone would drop them all (848-850) and train images."""
+    adapter, baseline = _setup(tmp_path, dataset=DATASET.replace("[1, 33]", "[1, 17, 33]"))
+    _clips(tmp_path / "clips", videos=0, short=4, images=2)
+    trial = tmp_path / "trial-0001"
+    adapter.render(baseline, {"batch_size": 1}, gradient_accumulation_steps=1, steps=5, trial_dir=trial)
+    dataset = load_toml_data((trial / "dataset.toml").read_text(), "ds")
+    assert dataset["directory"][0]["frame_buckets"] == [17]
+    assert json.loads((trial / "adapter.json").read_text())["data_bucket"] == "512x512 px area, 17 frames"
+    lines = adapter.data_warnings(baseline, batch_size=1, gradient_accumulation_steps=1, data_parallel=1)
+    assert any(
+        "no clip reaches the 33-frame bucket: the full run trains 17 frame(s) at most" in x for x in lines
+    )
+    # an unreadable clip might reach 33 frames: the trial keeps the config's longest, nothing is claimed
+    (tmp_path / "clips" / "odd.mkv").write_bytes(b"\x1a\x45\xdf\xa3")
+    (tmp_path / "clips" / "odd.txt").write_text("a clip of unknown length")
+    adapter.render(baseline, {"batch_size": 1}, gradient_accumulation_steps=1, steps=5, trial_dir=trial)
+    assert load_toml_data((trial / "dataset.toml").read_text(), "ds")["frame_buckets"] == [33]
+    assert "frame_buckets" not in load_toml_data((trial / "dataset.toml").read_text(), "ds")["directory"][0]
+    lines = adapter.data_warnings(baseline, batch_size=1, gradient_accumulation_steps=1, data_parallel=1)
+    assert not any("no clip reaches" in x for x in lines)
+    assert any("leave out 1 file(s) whose headers are not PNG, JPEG or MP4/MOV" in x for x in lines)
+
+
 @pytest.mark.process
 def test_the_fake_trainer_drops_what_the_real_one_drops(tmp_path: Path) -> None:
     """Through the fake: a folder of 3 captioned images at global batch 4 is empty to the trainer

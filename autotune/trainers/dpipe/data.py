@@ -11,8 +11,10 @@ How diffusion-pipe buckets (``utils/dataset.py`` @ 8f83dbf):
 - Every key may be set per ``[[directory]]``, overriding the top level (lines 458-508).
 The trial's copy keeps the largest area (and, for size buckets, the largest ``w*h*frames``) and the
 longest frame bucket, in each place they are set. Images still train in the frame-1 bucket the
-real code adds, and a video shorter than the longest frame bucket is dropped by the real trainer
-(dataset.py ``_find_closest_ar_bucket``), so a dataset of short clips trains images only.
+real code adds; a video trains in the longest frame bucket it reaches and never in the frame-1
+one (dataset.py ``_find_closest_ar_bucket``), so before this cut ``dpipe.fullrun.cap_frames`` drops
+the frame buckets no clip reaches (else a dataset of clips shorter than the longest bucket would
+train images only in the trial, and more in the full run).
 """
 
 from __future__ import annotations

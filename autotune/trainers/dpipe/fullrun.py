@@ -10,7 +10,7 @@ the report; it reads the folders' file headers (``dpipe.media``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -28,10 +28,11 @@ from autotune.trainers.dpipe.buckets import (
     label,
     largest,
     largest_kept,
+    layout_of,
     scope_of,
 )
 from autotune.trainers.dpipe.config import read_dataset, table
-from autotune.trainers.dpipe.data import keep_largest_bucket, repeat_clips
+from autotune.trainers.dpipe.data import keep_largest_bucket, largest_bucket, repeat_clips
 from autotune.trainers.dpipe.media import Folder, read_folder
 from autotune.trainers.kit.bucket import Bucket
 
@@ -77,6 +78,11 @@ class DataRead:
     unread: int = 0
     no_caption: int = 0
     too_many: bool = False
+    #: Per ``[[directory]]``: the longest frame bucket its clips reach, ``None`` where unknown (a
+    #: file unread, size buckets, no clip, no path).
+    reached: tuple[int | None, ...] = ()
+    #: The longest frame bucket any directory's config lists.
+    longest_listed: int = 1
 
 
 def read_data(dataset: Mapping[str, Any], model: Mapping[str, Any], cwd: Path) -> DataRead:
@@ -84,19 +90,27 @@ def read_data(dataset: Mapping[str, Any], model: Mapping[str, Any], cwd: Path) -
     layout = Layout()
     unread = no_caption = 0
     too_many = False
+    reached: list[int | None] = []
+    listed = 1
     fps = model_fps(model)
     for entry in dataset.get("directory") or []:
         if not isinstance(entry, Mapping) or not isinstance(entry.get("path"), str):
+            reached.append(None)
             continue
         path = Path(entry["path"]).expanduser()
         path = path if path.is_absolute() else cwd / path
         skip = bool(entry.get("skip_empty_caption", dataset.get("skip_empty_caption", True)))
         folder = _folder(str(path), _stamp(path), fps, skip)
-        layout.add(scope_of(entry, dataset, folder.clips))
+        scope = scope_of(entry, dataset, folder.clips)
+        own = layout_of([scope])
+        layout.add(scope)
+        known = not (folder.unread or folder.too_many or scope.size_buckets or not own.samples)
+        reached.append(max(k[2] for k in own.samples) if known else None)
+        listed = max(listed, *scope.frame_buckets)
         unread += folder.unread
         no_caption += folder.no_caption
         too_many = too_many or folder.too_many
-    return DataRead(layout, unread, no_caption, too_many)
+    return DataRead(layout, unread, no_caption, too_many, tuple(reached), listed)
 
 
 def _stamp(path: Path) -> int:
@@ -123,6 +137,12 @@ def full_run_warnings(data: DataRead, batch: Batch, how: str) -> list[str]:
         )
         return out
     drops = drops_at(data.layout, batch)
+    if (now := largest(data.layout)) is not None and now[2] < data.longest_listed and not data.unread:
+        out.append(
+            f"diffusion-pipe data: no clip reaches the {data.longest_listed}-frame bucket: the full run trains "
+            f"{now[2]} frame(s) at most (a clip trains in the longest frame bucket it reaches, "
+            "utils/dataset.py:842-847); the trials trained that."
+        )
     images = f", {batch.image} for images" if batch.image != batch.video else ""
     at = f"at global batch {batch.video}{images} ({how})"
     if drops.whole or drops.remainder:
@@ -241,9 +261,26 @@ def trial_view(
     (``keep_largest_bucket``), its clips repeated to fill ``batch``; returns the bucket and the
     trial record's note (read from the user's data before the edit)."""
     full = try_read(dataset.data, model, cwd)
-    bucket = keep_largest_bucket(dataset)
+    if full is not None:
+        cap_frames(dataset, full.reached)
+    keep_largest_bucket(dataset)
     repeat_clips(dataset, trial_repeats(batch))
-    return bucket, trial_note(full, batch, trial_repeats(batch))
+    return largest_bucket(dataset.data, dataset.source), trial_note(full, batch, trial_repeats(batch))
+
+
+def cap_frames(cfg: TomlConfig, reached: Sequence[int | None]) -> None:
+    """Each ``[[directory]]``'s frame buckets cut to the longest its clips reach, in place: a
+    trial keeping a bucket no clip reaches would train images only (a video is never put in the
+    frame-1 bucket, dataset.py:848-850) while the full run trains the shorter bucket. No clip
+    changes bucket: each is in the longest it reaches (842-847), and none reaches those cut."""
+    top = cfg.data.get("frame_buckets", [1])
+    for scope, most in zip(cfg.table_list("directory"), reached, strict=False):
+        frames = scope.get("frame_buckets", top)
+        if most is None or not isinstance(frames, list):
+            continue
+        listed = [int(f) for f in frames]
+        if max([*listed, 1]) > most:
+            scope["frame_buckets"] = [f for f in listed if f <= most] or [1]
 
 
 def run_warnings(
