@@ -187,6 +187,9 @@ def test_headers_give_the_size_and_the_frames_at_the_models_rate(tmp_path: Path)
     assert read_clip(tmp_path / "b.png", 24) == Clip(640, 480, 1)
     assert read_clip(tmp_path / "c.jpg", 24) == Clip(400, 300, 1)
     assert read_clip(tmp_path / "d.gif", 24) is None
+    (tmp_path / "frag.mp4").write_bytes(mp4(640, 360, 0, 24))  # fragmented: no samples in the moov
+    assert read_clip(tmp_path / "frag.mp4", 24) is None
+    (tmp_path / "frag.mp4").unlink()
     for name in ("a", "b", "d"):
         (tmp_path / f"{name}.txt").write_text("a caption")
     folder = read_folder(tmp_path, 24)  # the .txt captions are no samples (dataset.py:650)
@@ -336,6 +339,7 @@ def test_plan_and_report_warn_what_the_full_run_drops(tmp_path: Path) -> None:
         "--max-trials", "1", "--steps", "3", "--workdir", str(runs), cwd=tmp_path,
     )  # fmt: skip
     assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+    assert "data: diffusion-pipe drops 1 bucket(s) whole" in swept.stdout + swept.stderr  # at its start
     (report,) = runs.glob("*/report.json")
     doc = json.loads(report.read_text())
     assert [t["outcome"] for t in doc["trials"]] == ["ok"], doc["trials"]

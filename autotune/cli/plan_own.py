@@ -80,24 +80,9 @@ def own_config_plan(args: argparse.Namespace) -> dict[str, Any]:
         "left_out": list(plan.knobs_left_out),
         "host_changes": list(plan.settings.get("host_changes", [])),
         "candidates": len(space),
-        "data": _data_warnings(plan),
+        "data": plan.data_warnings(),
         "next": own_sweep_argv(args, config),
     }
-
-
-def _data_warnings(plan: Any) -> list[str]:
-    """What the full run drops of the data at the baseline's batch, and past which batch the sweep
-    tries it would (a trainer that drops samples short of a global batch: diffusion-pipe)."""
-    space = plan.space
-    return list(
-        plan.adapter.data_warnings(
-            plan.baseline,
-            batch_size=space.batch(plan.base_candidate),
-            gradient_accumulation_steps=plan.base_ga,
-            data_parallel=plan.adapter.data_parallel(plan.baseline),
-            max_batch_size=max(space.batch_values()),
-        )
-    )
 
 
 def render_own_plan(plan: dict[str, Any]) -> str:

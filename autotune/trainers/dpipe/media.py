@@ -23,6 +23,8 @@ CAPTIONS_JSON = "captions.json"
 #: The most files read per folder: past it the layout is not judged (a note says so).
 MAX_FILES = 20000
 _MP4 = (".mp4", ".mov", ".m4v")
+#: The largest ``moov`` read (a long film's index): past it the file counts as unread.
+MAX_MOOV = 64 * 1024 * 1024
 
 
 @dataclass
@@ -125,7 +127,7 @@ def _moov(fh: BinaryIO) -> bytes | None:
             (size,) = struct.unpack(">Q", fh.read(8))
             skip = size - 16
         if kind == b"moov":
-            return fh.read(skip) if size else fh.read()
+            return None if skip > MAX_MOOV else fh.read(skip) if size else fh.read(MAX_MOOV)
         if size == 0 or skip < 0:
             return None
         fh.seek(skip, 1)
@@ -158,6 +160,8 @@ def _mp4_clip(fh: BinaryIO, model_fps: float | None) -> Clip | None:
         else:
             timescale, duration = struct.unpack(">II", moov[p + 12 : p + 20])
         (count,) = struct.unpack(">I", moov[stsz[1] + 8 : stsz[1] + 12])
+        if count == 0:
+            return None  # a fragmented MP4 keeps its samples in moof boxes: unread, not a 0-frame clip
         entry = stsd[1] + 8 + 8  # version/flags, entry count; then the entry's size and type
         width, height = struct.unpack(">HH", moov[entry + 24 : entry + 28])
         frames = count
