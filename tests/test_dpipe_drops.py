@@ -249,6 +249,11 @@ def test_a_trial_repeats_its_clips_and_the_full_run_is_warned(tmp_path: Path) ->
     fine = adapter.data_warnings(baseline, batch_size=1, gradient_accumulation_steps=3, data_parallel=1)
     assert [line for line in fine if "largest bucket" in line] == []
     assert any("2 video(s) are shorter" in line for line in fine)
+    # past every bucket's count: nothing left, and the trainer says so only by dying
+    none = adapter.data_warnings(baseline, batch_size=16, gradient_accumulation_steps=1, data_parallel=1)
+    assert any(
+        "the full run trains nothing: the trainer stops with 'Processed dataset was empty'" in x for x in none
+    )
     # the plan, before a batch is picked: past which micro batch the sweep's trials leave the full run
     limit = "Micro batches above 1 (a global batch above 3 at 2 accumulation"
     for top, said in ((8, True), (1, False)):

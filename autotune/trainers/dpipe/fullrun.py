@@ -162,13 +162,14 @@ def full_run_warnings(data: DataRead, batch: Batch, how: str) -> list[str]:
     top, kept = largest(data.layout), largest_kept(data.layout, batch)
     if top is not None and (kept is None or kept[1:] != top[1:]):
         full = (
-            f"on {label(kept)}" if kept is not None else "nothing (it stops: 'Processed dataset was empty')"
+            f"peaks on {label(kept)}, lower than the trials, which repeated their clips to train the largest bucket"
+            if kept is not None
+            else "trains nothing: the trainer stops with 'Processed dataset was empty' (utils/dataset.py:1304-1309)"
         )
         out.append(
             f"The largest bucket ({_size(top)}, at most {_most(data, top)} samples in one AR bucket) is "
-            f"dropped {at}: the "
-            f"full run peaks {full}, lower than the trials, which repeated their clips to train the "
-            "largest bucket. Add clips or num_repeats, or lower the batch, for the full run to train it."
+            f"dropped {at}: the full run {full}. Add clips or num_repeats, or lower the batch, for the full "
+            "run to train it."
         )
     if data.unread or data.no_caption:
         parts = [f"{data.unread} file(s) whose headers are not PNG, JPEG or MP4/MOV"] if data.unread else []
