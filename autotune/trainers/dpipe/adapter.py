@@ -242,12 +242,8 @@ class DiffusionPipeAdapter(TrainerAdapter):
         cwd = self.cwd(baseline)
         source = str(baseline.path or "<baseline>")
         dataset = read_dataset(baseline.data, source, cwd)
-        batch = global_batch(
-            baseline.data,
-            knobs[KNOB_KEYS["batch_size"]],
-            run.gradient_accumulation_steps,
-            self.data_parallel(baseline),
-        )
+        batch_size, dp = knobs[KNOB_KEYS["batch_size"]], self.data_parallel(baseline)
+        batch = global_batch(baseline.data, batch_size, run.gradient_accumulation_steps, dp)
         bucket, note = trial_view(dataset, table(baseline.data, "model"), cwd, batch)
         cfg = TomlConfig(baseline.text, source)
         run.trial_dir.mkdir(parents=True, exist_ok=True)
@@ -261,7 +257,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
         return TrialLaunch(
             argv=self.launch_command(baseline, config_path),
             cwd=cwd,
-            batch_size=knobs[KNOB_KEYS["batch_size"]],
+            batch_size=batch_size,
             env=RUN_ENV,
             record={"data_bucket": describe(bucket), **({"data_note": note} if note else {})},
         )
