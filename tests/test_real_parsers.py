@@ -4,7 +4,8 @@ is read by the trainers' OWN argument parsers and config loaders, from checkouts
 (tdrussell/diffusion-pipe, 8f83dbf) and ``AUTOTUNE_AITK_SRC`` (ostris/ai-toolkit, 27a03a9); each
 test skips, saying why, without its checkout. The parsers run in ``AUTOTUNE_<NAME>_PYTHON`` (default:
 this Python) by the scripts in ``tests/realchecks/``; what each needs: musubi torch, toml, accelerate,
-easydict; diffusion-pipe torch, toml; ai-toolkit torch, oyaml."""
+easydict; diffusion-pipe torch, toml (its bucketing and drop rules, run against ``dpipe.buckets``:
+numpy alone); ai-toolkit torch, oyaml."""
 
 from __future__ import annotations
 
@@ -209,6 +210,63 @@ def test_diffusion_pipe_reads_every_rendered_trial_as_its_knobs_say(tmp_path: Pa
         data_parallel = 2 // seen["pipeline_stages"] if row["baseline"] == "wan-pp2" else 1
         assert row["record"]["effective_batch"] == seen["batch_size"] * 2 * data_parallel  # train.py:632
     print(f"diffusion-pipe: {len(rows)} rendered trials read and accepted")
+
+
+def test_diffusion_pipe_buckets_and_drops_as_autotune_says(tmp_path: Path) -> None:
+    """diffusion-pipe's own bucket assignment and drop code (dataset.py:838-872, 392-396, run from the
+    checkout with numpy) against ``dpipe.buckets`` over a grid of clips, buckets and batches."""
+    import math
+
+    from autotune.trainers.dpipe.buckets import Batch, Clip, Layout, drops_at, scope_of, size_bucket_of
+
+    src = _checkout("tdrussell/diffusion-pipe", "AUTOTUNE_DPIPE_SRC", "utils/dataset.py", "8f83dbf")
+    dims = [(1920, 1080), (1000, 1000), (500, 1000), (1280, 720), (720, 1280), (640, 480)]
+    frames = [0, 1, 5, 16, 17, 20, 32, 33, 40, 100]
+    ar_sets: list[dict[str, Any]] = [
+        {"ars": [1.0]},
+        {"ars": [0.5, 1.0, 1.777, 2.0]},
+        {"min_ar": 0.5, "max_ar": 2.0, "num": 7},
+        {"min_ar": 0.25, "max_ar": 4.0, "num": 9},
+    ]
+    frame_sets = [[1, 33], [1, 17, 33], [33], [1, 17, 33, 65]]
+    size_sets = [
+        [[512, 512, 1], [512, 512, 33], [768, 432, 33]],
+        [[960, 960, 1], [960, 704, 1], [704, 960, 1], [1280, 704, 1], [704, 1280, 1]],  # cosmos_dataset.toml
+        [[512, 512, 1], [768, 432, 1], [432, 768, 1], [512, 512, 17], [768, 432, 33]],
+    ]
+    rows: list[dict[str, Any]] = []
+    for (w, h), f in itertools.product(dims, frames):
+        rows += [{"kind": "ar", "width": w, "height": h, "frames": f, "frame_buckets": fb, **a}
+                 for a in ar_sets for fb in frame_sets]  # fmt: skip
+        rows += [
+            {"kind": "size", "width": w, "height": h, "frames": f, "size_buckets": sb} for sb in size_sets
+        ]
+    rows += [{"kind": "drop", "n": n, "batch": b} for n in range(12) for b in range(1, 6)]
+    results = _parse("dpipe_buckets.py", src, rows, tmp_path, "AUTOTUNE_DPIPE_PYTHON", "numpy")
+    for row, real in zip(rows, results, strict=True):
+        if row["kind"] == "ar":
+            top = {"resolutions": [512], "frame_buckets": row["frame_buckets"], "enable_ar_bucket": True}
+            top |= {"ar_buckets": row["ars"]} if "ars" in row else {
+                "min_ar": row["min_ar"], "max_ar": row["max_ar"], "num_ar_buckets": row["num"]}  # fmt: skip
+            clip = Clip(row["width"], row["height"], row["frames"])
+            keys = Layout._keys(clip, scope_of({}, top, [clip]))
+            ours = [keys[0][0], keys[0][2]] if keys else None
+        elif row["kind"] == "size":
+            key = size_bucket_of(
+                Clip(row["width"], row["height"], row["frames"]), [tuple(b) for b in row["size_buckets"]]
+            )
+            ours = None if key is None else [key[0], key[1], key[2]]
+            real = (
+                None
+                if real is None
+                else [round(real[0] / real[1], 3), round(math.sqrt(real[0] * real[1]), 3), real[2]]
+            )
+        else:
+            layout = Layout()
+            layout.samples[(1.0, 512.0, 33)] = row["n"]
+            ours = drops_at(layout, Batch(row["batch"], row["batch"])).kept
+        assert ours == real, row
+    print(f"diffusion-pipe: {len(rows)} bucket rows agree with dataset.py")
 
 
 # --- ai-toolkit -----------------------------------------------------------------------------------

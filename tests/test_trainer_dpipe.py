@@ -303,6 +303,8 @@ def test_render_sets_knobs_and_recipe_and_nothing_else(tmp_path: Path) -> None:
     assert "activation_checkpointing = 'unsloth'   # offloads to RAM" in text
     dataset = load_toml_data((trial / "dataset.toml").read_text(), "ds")
     assert dataset["resolutions"] == [512] and dataset["frame_buckets"] == [33]
+    # each clip repeated to a global batch (3 x 2): no bucket short of one (dataset.py:392-396)
+    assert dataset["directory"][0]["num_repeats"] == 6
     assert "# There will always be a frame bucket of 1 for images." in (trial / "dataset.toml").read_text()
     record = json.loads((trial / "adapter.json").read_text())
     assert record["data_bucket"] == "512x512 px area, 33 frames"

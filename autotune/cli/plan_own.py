@@ -80,6 +80,7 @@ def own_config_plan(args: argparse.Namespace) -> dict[str, Any]:
         "left_out": list(plan.knobs_left_out),
         "host_changes": list(plan.settings.get("host_changes", [])),
         "candidates": len(space),
+        "data": plan.data_warnings(),
         "next": own_sweep_argv(args, config),
     }
 
@@ -105,5 +106,6 @@ def render_own_plan(plan: dict[str, Any]) -> str:
     if plan["left_out"]:
         lines.append(f"  not swept (your config never passes them): {', '.join(plan['left_out'])}")
     lines += [f"Host change: {c}" for c in plan["host_changes"]]
+    lines += [f"Data: {d}" for d in plan.get("data", [])]
     lines.append(f"Next: {shlex.join(plan['next'])}")
     return "\n".join(lines)

@@ -42,7 +42,7 @@ from autotune.report.phases import (
 from autotune.report.text import fmt as _fmt
 from autotune.report.text import gb as _gb
 from autotune.report.text import val as _val
-from autotune.report.winning import adapter_for, add_command
+from autotune.report.winning import adapter_for, add_command, data_warnings
 from autotune.store.optuna_private import read_study_trials
 from autotune.store.settings import settings_of
 from autotune.store.study import card_gb_of
@@ -294,6 +294,7 @@ def _add_warnings(report: Report, beaten: TrialRow | None, base_eff: Any, *, val
         if knob in best.params and not same_param(best.params[knob], preferred):
             w.append(_quality_note(knob, best.params[knob], preferred))
     w.extend(_adapter_notes(report))
+    w.extend(data_warnings(report))
     w.extend(f"Trials changed for the sweep's host: {change}." for change in report.host_changes)
     left = headroom_left(report, best)
     keep = (

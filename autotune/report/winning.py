@@ -61,7 +61,7 @@ def add_command(
         # Flag-driven trainers and those that read the trainer dir from the config want the whole picture.
         baseline=_baseline_or_none(adapter, report.config_path) if report.config_path else None,
         params=report.best.params,
-        gradient_accumulation_steps=_best_gas(report),
+        gradient_accumulation_steps=best_gas(report),
         steps=report.full_steps,
         trial_dir=trial_dir,
         complete=True,
@@ -80,7 +80,8 @@ def _baseline_or_none(adapter: TrainerAdapter, config_path: str | None) -> Basel
         return None
 
 
-def _best_gas(report: Report) -> int:
+def best_gas(report: Report) -> int:
+    """The winner's gradient accumulation (the baseline's when the trial did not record one)."""
     gas = report.best.get("gradient_accumulation_steps") if report.best is not None else None
     if isinstance(gas, int):
         return gas
@@ -108,7 +109,7 @@ def winning_config(report: Report, expected_hash: str | None = None) -> str:
             f"The baseline config {report.config_path} seems to have changed since the sweep measured it "
             "(its hash differs from the study's): the written config carries those changes too."
         )
-    return adapter.final_config(baseline, best.params, gradient_accumulation_steps=_best_gas(report))
+    return adapter.final_config(baseline, best.params, gradient_accumulation_steps=best_gas(report))
 
 
 def _hash_matches(expected: str, baseline: Baseline) -> bool:
@@ -123,3 +124,29 @@ def _hash_matches(expected: str, baseline: Baseline) -> bool:
 def settings_hash(study: optuna.Study) -> str | None:
     value = settings_of(study.user_attrs).get("base_config_hash")
     return str(value) if value else None
+
+
+def data_warnings(report: Report) -> list[str]:
+    """What the full run at the winner's batch drops of the user's data (the adapter's
+    ``data_warnings``): the trials measured the largest bucket, the full run may not train it."""
+    best = report.best
+    if best is None or not report.config_path:
+        return []
+    try:
+        adapter = adapter_for(report)
+    except AutotuneError:
+        return []
+    if type(adapter).data_warnings is TrainerAdapter.data_warnings:
+        return []  # a trainer that drops nothing: its baseline is not read again
+    baseline = _baseline_or_none(adapter, report.config_path)
+    if baseline is None:
+        return []
+    batch = best.params.get("batch_size", report.baseline_params.get("batch_size", 1))
+    batch = batch if isinstance(batch, int) and batch > 0 else 1
+    gas = best_gas(report)
+    eff = best.get("effective_batch")
+    dp = eff // (batch * gas) if isinstance(eff, int) and eff % (batch * gas) == 0 and eff > 0 else None
+    dp = dp or adapter.data_parallel(baseline)
+    return adapter.data_warnings(
+        baseline, batch_size=batch, gradient_accumulation_steps=gas, data_parallel=dp
+    )

@@ -97,6 +97,8 @@ def memory_note(trial_dir: Path) -> dict[str, Any]:
     parts = [peaks.describe()] if peaks.peak_phase else []
     if isinstance(record.get("data_bucket"), str):
         parts.append(f"trained on {record['data_bucket']}")
+    if isinstance(record.get("data_note"), str):
+        parts.append(record["data_note"])
     attrs = TrialRecord.attrs_of(memory_note="; ".join(parts)) if parts else {}
     if peaks.peak_phase is not None and peaks.stepped:
         attrs.update(TrialRecord.attrs_of(peak_phase=peaks.peak_phase))

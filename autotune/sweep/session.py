@@ -233,6 +233,8 @@ class SweepSession:
             self.progress.line(steps_warning)
         for change in plan.settings.get("host_changes", ()):
             self.progress.line(f"trials changed for this host: {change}")
+        for line in plan.data_warnings():
+            self.progress.line(f"data: {line}")
         return scheduler, claimed
 
     def _conclude(

@@ -98,6 +98,19 @@ class SweepPlan:
     def study_dir(self) -> Path:
         return self.workdir / self.study_name
 
+    def data_warnings(self) -> list[str]:
+        """What the full run drops of the data at the baseline's batch, and past which batch the
+        sweep tries it would (the adapter's ``data_warnings``: diffusion-pipe's short buckets)."""
+        return list(
+            self.adapter.data_warnings(
+                self.baseline,
+                batch_size=self.space.batch(self.base_candidate),
+                gradient_accumulation_steps=self.base_ga,
+                data_parallel=self.adapter.data_parallel(self.baseline),
+                max_batch_size=max(self.space.batch_values()),
+            )
+        )
+
 
 def open_nvml_for(nvml: Nvml | bool | None) -> tuple[Nvml | None, str | None]:
     """``True``: the driver's NVML (None without one); an ``Nvml``: that one; else none.

@@ -197,6 +197,20 @@ class TrainerAdapter(ABC):
         with no ``{steps}``): they run the trainer's own length. ``None``: they get it."""
         return None
 
+    def data_warnings(
+        self,
+        baseline: Baseline,
+        *,
+        batch_size: int,
+        gradient_accumulation_steps: int,
+        data_parallel: int,
+        max_batch_size: int | None = None,
+    ) -> list[str]:
+        """Sentences on what the FULL run at this batch trains differently from the user's data (a
+        trainer that drops samples short of a global batch), and with ``max_batch_size`` (the plan:
+        the sweep's largest) the batch past which it would: the plan and the report show them."""
+        return []
+
     def max_batch_size(self, baseline: Baseline) -> int | None:
         """The largest per-GPU batch the trainer can run with this baseline (None: no known limit)."""
         return None

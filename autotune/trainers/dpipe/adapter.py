@@ -35,11 +35,14 @@ from autotune.trainers.dpipe.config import (
     check_swap,
     find_checkout,
     knob_spelling,
+    optimizer_family,
     optimizer_spelling,
     read_dataset,
     table,
+    within_family,
 )
-from autotune.trainers.dpipe.data import describe, keep_largest_bucket
+from autotune.trainers.dpipe.data import describe
+from autotune.trainers.dpipe.fullrun import global_batch, run_warnings, trial_view
 from autotune.trainers.dpipe.models import (
     BLOCK_SWAP_MODELS,
     TRANSFORMER_DTYPE_MODELS,
@@ -168,23 +171,8 @@ class DiffusionPipeAdapter(TrainerAdapter):
         return swap_limit(table(baseline.data, "model"), self._cwd_or_none(baseline))
 
     def knob_file_data(self, baseline: Baseline, data: Any) -> Any:
-        """The optimizer knob narrowed to the family of the config's own optimizer
-        (``OPTIMIZER_FAMILIES``), the family's full-precision AdamW preferred: an 8-bit baseline
-        relaxes to its own family's AdamW and never costs a trial of the other's; a config whose
-        optimizer is in no family keeps the knob out of play (``knobs_in_play``)."""
-        family = optimizer_family(self.baseline_params(baseline).get("optimizer"))
-        if family is None or not isinstance(data, dict) or not isinstance(data.get("knobs"), list):
-            return data
-        knobs = [
-            {**k, "values": [v for v in k["values"] if v in family]}
-            if isinstance(k, dict) and k.get("name") == "optimizer" and isinstance(k.get("values"), list)
-            else k
-            for k in data["knobs"]
-        ]
-        fidelity = data.get("fidelity")
-        if isinstance(fidelity, dict) and "optimizer" in fidelity:
-            fidelity = {**fidelity, "optimizer": family[-1]}
-        return {**data, "knobs": knobs, **({"fidelity": fidelity} if fidelity is not None else {})}
+        """The optimizer knob narrowed to the family of the config's own optimizer (``OPTIMIZER_FAMILIES``)."""
+        return within_family(data, optimizer_family(self.baseline_params(baseline).get("optimizer")))
 
     def _knob_values(self) -> dict[str, tuple[Any, ...]]:
         from autotune.config.knobs import read_knob_file
@@ -237,7 +225,9 @@ class DiffusionPipeAdapter(TrainerAdapter):
         cwd = self.cwd(baseline)
         source = str(baseline.path or "<baseline>")
         dataset = read_dataset(baseline.data, source, cwd)
-        bucket = keep_largest_bucket(dataset)
+        batch_size, dp = knobs[KNOB_KEYS["batch_size"]], self.data_parallel(baseline)
+        batch = global_batch(baseline.data, batch_size, run.gradient_accumulation_steps, dp)
+        bucket, note = trial_view(dataset, table(baseline.data, "model"), cwd, batch)
         cfg = TomlConfig(baseline.text, source)
         run.trial_dir.mkdir(parents=True, exist_ok=True)
         (run.trial_dir / DATASET_NAME).write_text(dataset.text, encoding="utf-8")
@@ -250,9 +240,24 @@ class DiffusionPipeAdapter(TrainerAdapter):
         return TrialLaunch(
             argv=self.launch_command(baseline, config_path),
             cwd=cwd,
-            batch_size=knobs[KNOB_KEYS["batch_size"]],
+            batch_size=batch_size,
             env=RUN_ENV,
-            record={"data_bucket": describe(bucket)},
+            record={"data_bucket": describe(bucket), **({"data_note": note} if note else {})},
+        )
+
+    def data_warnings(
+        self,
+        baseline: Baseline,
+        *,
+        batch_size: int,
+        gradient_accumulation_steps: int,
+        data_parallel: int,
+        max_batch_size: int | None = None,
+    ) -> list[str]:
+        """What the full run at this batch drops of the user's data (``dpipe.fullrun``)."""
+        cwd = self._cwd_or_none(baseline) or Path.cwd()
+        return run_warnings(
+            baseline, cwd, batch_size, gradient_accumulation_steps, data_parallel, max_batch_size
         )
 
     def launch_command(self, baseline: Baseline, config_path: Path) -> list[str]:
@@ -300,14 +305,3 @@ class DiffusionPipeAdapter(TrainerAdapter):
         argv = self.launch_command(base, Path(config_path).resolve())
         cwd = self._cwd_or_none(base)
         return folder_command(cwd or "diffusion-pipe", argv)
-
-
-#: The optimizer families the knob turns within, each 8-bit states first, then its full AdamW
-#: (train.py:668-687): optimi's AdamW8bitKahan (optimizers/adamw_8bit.py) and optimi.AdamW;
-#: bitsandbytes' AdamW8bit and torch's AdamW.
-OPTIMIZER_FAMILIES: tuple[tuple[str, ...], ...] = (("AdamW8bitKahan", "adamw_optimi"), ("adamw8bit", "adamw"))
-
-
-def optimizer_family(value: Any) -> tuple[str, ...] | None:
-    """The family of an optimizer type as the knob file spells it, or ``None``."""
-    return next((f for f in OPTIMIZER_FAMILIES if value in f), None)

@@ -144,3 +144,33 @@ def read_dataset(data: Mapping[str, Any], source: str, cwd: Path) -> TomlConfig:
             f"({exc.strerror or exc}); a relative path is read from the diffusion-pipe checkout {cwd}"
         ) from None
     return TomlConfig(text, str(path))
+
+
+#: The optimizer families the knob turns within, each 8-bit states first, then its full AdamW
+#: (train.py:668-687): optimi's AdamW8bitKahan (optimizers/adamw_8bit.py) and optimi.AdamW;
+#: bitsandbytes' AdamW8bit and torch's AdamW.
+OPTIMIZER_FAMILIES: tuple[tuple[str, ...], ...] = (("AdamW8bitKahan", "adamw_optimi"), ("adamw8bit", "adamw"))
+
+
+def optimizer_family(value: Any) -> tuple[str, ...] | None:
+    """The family of an optimizer type as the knob file spells it, or ``None``."""
+    return next((f for f in OPTIMIZER_FAMILIES if value in f), None)
+
+
+def within_family(data: Any, family: tuple[str, ...] | None) -> Any:
+    """The parsed knob file with the optimizer knob's values cut to ``family``, the fidelity its
+    full-precision AdamW: an 8-bit baseline relaxes to its own family's AdamW and never costs a
+    trial of the other's; no family (``None``) keeps the knob file as is (``knobs_in_play`` then
+    leaves the knob out)."""
+    if family is None or not isinstance(data, dict) or not isinstance(data.get("knobs"), list):
+        return data
+    knobs = [
+        {**k, "values": [v for v in k["values"] if v in family]}
+        if isinstance(k, dict) and k.get("name") == "optimizer" and isinstance(k.get("values"), list)
+        else k
+        for k in data["knobs"]
+    ]
+    fidelity = data.get("fidelity")
+    if isinstance(fidelity, dict) and "optimizer" in fidelity:
+        fidelity = {**fidelity, "optimizer": family[-1]}
+    return {**data, "knobs": knobs, **({"fidelity": fidelity} if fidelity is not None else {})}

@@ -11,8 +11,10 @@ How diffusion-pipe buckets (``utils/dataset.py`` @ 8f83dbf):
 - Every key may be set per ``[[directory]]``, overriding the top level (lines 458-508).
 The trial's copy keeps the largest area (and, for size buckets, the largest ``w*h*frames``) and the
 longest frame bucket, in each place they are set. Images still train in the frame-1 bucket the
-real code adds, and a video shorter than the longest frame bucket is dropped by the real trainer
-(dataset.py ``_find_closest_ar_bucket``), so a dataset of short clips trains images only.
+real code adds; a video trains in the longest frame bucket it reaches and never in the frame-1
+one (dataset.py ``_find_closest_ar_bucket``), so before this cut ``dpipe.fullrun.cap_frames`` drops
+the frame buckets no clip reaches (else a dataset of clips shorter than the longest bucket would
+train images only in the trial, and more in the full run).
 """
 
 from __future__ import annotations
@@ -126,3 +128,18 @@ def _restrict_scope(cfg: TomlConfig, scope: Any, where: str, *, top: bool) -> No
     frames = scope.get("frame_buckets")
     if isinstance(frames, list) and frames:
         put("frame_buckets", [max(_frames(list(frames), where))])
+
+
+def repeat_clips(cfg: TomlConfig, factor: int) -> None:
+    """Multiply every ``[[directory]]``'s ``num_repeats`` (its own, else the top level's, else 1:
+    dataset.py:735) by ``factor`` in place, so each bucket holds at least ``factor`` samples per
+    clip: a trial's bucket is never dropped for holding fewer than its global batch (dataset.py:
+    392-396). Repeats cost no caching (a sample is ``idx % len``, dataset.py:310)."""
+    if factor <= 1:
+        return
+    top = cfg.data.get("num_repeats", 1)
+    for scope in cfg.table_list("directory"):
+        own = scope.get("num_repeats", top)
+        scope["num_repeats"] = (
+            own * factor if isinstance(own, (int, float)) and not isinstance(own, bool) else factor
+        )

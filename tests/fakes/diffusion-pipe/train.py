@@ -16,7 +16,12 @@ no code is copied. What it reproduces:
   (``num_layers``, ``dim``: models/wan/wan.py:84-127);
 - the dataset TOML named by ``dataset`` (train.py:393), its largest bucket (utils/dataset.py:
   resolutions as areas 882-889, frame_buckets with 1 added 508-513, size_buckets 460-466); each
-  ``[[directory]] path`` must exist (RuntimeError 'Invalid path', dataset.py:486-487);
+  ``[[directory]] path`` must exist (RuntimeError 'Invalid path', dataset.py:486-487); a folder
+  that holds files loses what falls short of the global batch (dataset.py:392-396: the warning line,
+  and with nothing left the RuntimeError 'Processed dataset was empty', dataset.py:1304-1309), the
+  fake counting every captioned file x ``num_repeats`` (dataset.py:337, 650, 755-758) as one bucket,
+  so it drops no more than the real trainer (which splits them by size and frames); an empty
+  folder is not judged (the real trainer asserts it has images/videos);
 - the loop: ``Global batch size = ...`` (train.py:633), DeepSpeed's step line on every
   ``steps_per_print``-th step (deepspeed/runtime/pipe/engine.py:396-406), ``max_steps`` ends it
   (train.py:961-963), ``save_every_n_steps`` saves ``step{N}`` (saver.py:165-167, "Saving model to
@@ -177,6 +182,26 @@ def largest_bucket(dataset: dict[str, Any]) -> tuple[int, int, int]:
     return best
 
 
+SKIPPED_SUFFIXES = (".txt", ".npz", ".json", ".parquet", ".bak", ".db")  # dataset.py:650
+
+
+def check_samples(dataset: dict[str, Any], global_batch: int) -> None:
+    """dataset.py:392-396 on all the folders' captioned files as one bucket (see the docstring)."""
+    total = 0
+    for directory in dataset.get("directory", []):
+        path = Path(directory["path"])
+        files = [p for p in path.iterdir() if p.is_file() and p.suffix not in SKIPPED_SUFFIXES]
+        captioned = [p for p in files if p.with_suffix(".txt").exists() or (path / "captions.json").exists()]
+        total += int(len(captioned) * directory.get("num_repeats", dataset.get("num_repeats", 1)))
+    if 0 < total < global_batch:
+        print("size bucket is being completely dropped because it doesn't have enough images", flush=True)
+        raise Refused(
+            "RuntimeError",
+            "Processed dataset was empty. Probably caused by rounding down for each size bucket.\n"
+            "Try decreasing the global batch size, or increasing num_repeats.",
+        )
+
+
 def wan_shape(mcfg: dict[str, Any]) -> tuple[int, int]:
     """models/wan/wan.py:84-113: config.json beside the weights names the layers and the width."""
     with open(Path(mcfg["ckpt_path"]) / "config.json") as fh:
@@ -286,6 +311,9 @@ def main(argv: list[str]) -> int:
         with open(config["dataset"], "rb") as fh:
             dataset = tomllib.load(fh)
         bucket = largest_bucket(dataset)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        accum = int(config.get("gradient_accumulation_steps", 1))
+        check_samples(dataset, int(config.get("micro_batch_size_per_gpu", 1)) * accum * world)
     except Refused as exc:
         print(f"Traceback (most recent call last):\n{exc.kind}: {exc}", file=sys.stderr, flush=True)
         return 1
@@ -297,9 +325,7 @@ def main(argv: list[str]) -> int:
     out = Path(config["output_dir"]) / "20260101_00-00-00"
     out.mkdir(parents=True, exist_ok=True)
     (out / "fake_trained_on.json").write_text(json.dumps({"bucket": bucket, "host_bytes": len(held)}))
-    accum = int(config.get("gradient_accumulation_steps", 1))
     batch = int(config.get("micro_batch_size_per_gpu", 1))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     print(f"Global batch size = {batch * accum * world}", flush=True)  # train.py:633
     card = os.environ.get("AUTOTUNE_EMULATED_VRAM_GB")
     card_gb = float(card) if card else None
