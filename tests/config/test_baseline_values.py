@@ -19,13 +19,13 @@ import pytest
 
 from autotune.cli import main
 from autotune.errors import ConfigError
+from tests.cli.test_bad_input import _MINIMAL_LTX2
 from tests.musubi_setup import make_setup
-from tests.test_bad_input import _MINIMAL_LTX2
-from tests.test_trainer_aitoolkit import FAKE as AITK_FAKE
-from tests.test_trainer_aitoolkit import JOB
-from tests.test_trainer_dpipe import FAKE_DIR as DPIPE_FAKE
-from tests.test_trainer_dpipe import write_dpipe_setup
-from tests.test_trainer_sana import _baseline_yaml
+from tests.trainers.aitoolkit.test_trainer_aitoolkit import FAKE as AITK_FAKE
+from tests.trainers.aitoolkit.test_trainer_aitoolkit import JOB
+from tests.trainers.dpipe.test_trainer_dpipe import FAKE_DIR as DPIPE_FAKE
+from tests.trainers.dpipe.test_trainer_dpipe import write_dpipe_setup
+from tests.trainers.sana.test_trainer_sana import _baseline_yaml
 
 KNOBS = {"knobs": [{"name": "batch_size", "type": "int"}, {"name": "swap", "type": "count"},
                    {"name": "share", "type": "fraction"}, {"name": "optimizer", "values": ["a", "b"]}]}  # fmt: skip

@@ -41,7 +41,7 @@ def test_missing_knob_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_every_shipped_knob_file_loads() -> None:
-    knob_dir = Path(__file__).resolve().parent.parent / "configs" / "knobs"
+    knob_dir = Path(__file__).resolve().parents[2] / "configs" / "knobs"
     files = sorted(knob_dir.glob("*.yaml"))
     assert files, f"no knob files under {knob_dir}"
     for path in files:

@@ -22,7 +22,7 @@ from autotune.trainers import get_adapter
 from autotune.trainers.kit.readers.ltx2log import parse_ltx2_output
 from tests.helpers import FAKES
 
-LOGS = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "ltx2" / "logs"
+LOGS = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "ltx2" / "logs"
 FAKE = FAKES / "ltx2-trainer"
 
 CONFIG = """\
@@ -125,7 +125,7 @@ def test_combine_one_order_for_every_trainer(
 def test_every_adapter_with_a_hook_lets_the_hook_decide(tmp_path: Path, name: str) -> None:
     """The same rule through each adapter's own reader: a hook file beside a trainer's slower
     figure (its metrics file says 0.13 s a step), the hook's 0.1 s decides."""
-    from tests.test_trainer_contract import CASES
+    from tests.trainers.test_trainer_contract import CASES
 
     case = next(c for c in CASES if c.name == name)
     adapter, baseline = case.make(tmp_path)

@@ -28,7 +28,7 @@ import pytest
 
 from autotune.cli import main
 from tests.helpers import FAKES
-from tests.test_trainer_dpipe import MAIN, write_dpipe_setup
+from tests.trainers.dpipe.test_trainer_dpipe import MAIN, write_dpipe_setup
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]
 

@@ -3,7 +3,7 @@
 - SIGTERM / SIGINT: the running trial is recorded ``interrupted`` and its whole family
   (a child, and a grandchild in its own session) is gone; exit 130.
 - SIGKILL of the orchestrator mid-trial: the orphaned family is ended on resume, the trial
-  run again. (Random SIGKILLs and "nothing run twice": ``tests/test_sweep_e2e.py``.)
+  run again. (Random SIGKILLs and "nothing run twice": ``tests/e2e/test_sweep_e2e.py``.)
 - SIGKILL during database writes, many times: the database passes SQLite's integrity check
   after every kill, every finished trial is whole, and a resume completes.
 - Readers on the live study (the ``optuna`` CLI, a plain Optuna reading loop, and

@@ -41,9 +41,7 @@ def _fake() -> ModuleType:
 def _knob_file(tmp: Path) -> tuple[Path, dict[str, list[Any]]]:
     """The shipped knob file's knobs swept here, with every value each may take (a count knob: max..0).
     To keep the test short, optimizer and split_attn stay as the baseline has them."""
-    shipped = yaml.safe_load(
-        (Path(__file__).resolve().parent.parent / "configs/knobs/musubi.yaml").read_text()
-    )
+    shipped = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs/knobs/musubi.yaml").read_text())
     knobs = [k for k in shipped["knobs"] if k["name"] in (*SWEPT, "batch_size")]
     for knob in knobs:  # fp8_scaled (rendered and run in test_trainer_musubi) left out: a shorter search
         if knob["name"] == "precision":

@@ -48,7 +48,7 @@ from autotune.trainers.kit.common import merge_metrics
 from autotune.trainers.kit.readers.hftrainer import read_hf_trainer
 from tests.fake_nvml import FakeNvml
 from tests.helpers import FAKES, cli_env
-from tests.test_readers_printed import HF, SANA
+from tests.trainers.kit.test_readers_printed import HF, SANA
 
 TRAINER = FAKES / "iterlog_trainer.py"
 TEMPLATE = (

@@ -24,7 +24,7 @@ import pytest
 from autotune.execution import cgroup as cg
 from autotune.execution.proctree import is_alive, kill_tree, read_process_file
 from autotune.execution.runner import RunLimits
-from tests.test_runner import announced_pids, explain_of, run
+from tests.execution.test_runner import announced_pids, explain_of, run
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process nets")
 

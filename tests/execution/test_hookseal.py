@@ -2,7 +2,7 @@
 
 The trainer here forges the hook's records: three steps of 1 ms and a 1 GB peak, written the way
 the hook writes them, into the file ``AUTOTUNE_HOOK_FILE`` names. One more line is signed with
-the trial's key, as the hook signs (what the real hook writes: tests/test_hook_sweep.py runs it).
+the trial's key, as the hook signs (what the real hook writes: tests/e2e/test_hook_sweep.py runs it).
 """
 
 from __future__ import annotations

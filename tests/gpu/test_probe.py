@@ -15,7 +15,7 @@ from autotune.gpu.nvml import DeviceInfo
 from autotune.gpu.probe import probe, select_visible
 from tests.fake_nvml import A6000, H100, RTX4090, RTX5090, FakeNvml, fake_uuid, opener
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_no_library_is_a_normal_answer() -> None:

@@ -88,7 +88,7 @@ def test_nominal_class_boundaries() -> None:
 
 def test_table_is_data(tmp_path: Path) -> None:
     """A different table changes the verdict: the function reads the data, not constants."""
-    shipped = load_yaml((Path(__file__).parent.parent / "configs" / "tiers.yaml").read_text(), "t")
+    shipped = load_yaml((Path(__file__).parents[2] / "configs" / "tiers.yaml").read_text(), "t")
     shipped["tiers"][1]["from_gb"] = 24
     table = TierTable.from_data(shipped, "custom")
     assert classify(24, table).tier == "32GB"
@@ -105,7 +105,7 @@ def test_table_is_data(tmp_path: Path) -> None:
     ],
 )
 def test_malformed_table_is_config_error(tmp_path: Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]
-    data = load_yaml((Path(__file__).parent.parent / "configs" / "tiers.yaml").read_text(), "t")
+    data = load_yaml((Path(__file__).parents[2] / "configs" / "tiers.yaml").read_text(), "t")
     mutate(data)
     with pytest.raises(ConfigError, match=message):
         TierTable.from_data(data, "bad.yaml")

@@ -14,8 +14,8 @@ import pytest
 
 from tests.helpers import FAKES, run_cli
 from tests.musubi_setup import make_setup
-from tests.test_trainer_aitoolkit import JOB
-from tests.test_trainer_dpipe import write_dpipe_setup
+from tests.trainers.aitoolkit.test_trainer_aitoolkit import JOB
+from tests.trainers.dpipe.test_trainer_dpipe import write_dpipe_setup
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 

@@ -4,7 +4,7 @@ data built by ``scripts/real_ltx2.py`` with ltx-core's own classes.
 
 Needs ``AUTOTUNE_LTX2_SRC`` (the checkout); the trainer's venv, models and data are built once under
 ``AUTOTUNE_LTX2_CACHE`` (default ``~/.cache/autotune/ltx2-real``; pip needs PyPI the first time).
-Run: ``AUTOTUNE_LTX2_SRC=/path/LTX-2 python -m pytest -m real tests/test_real_ltx2.py``."""
+Run: ``AUTOTUNE_LTX2_SRC=/path/LTX-2 python -m pytest -m real tests/real/test_real_ltx2.py``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC_VAR, CACHE_VAR = "AUTOTUNE_LTX2_SRC", "AUTOTUNE_LTX2_CACHE"
 #: The emulated card: the low-VRAM baseline (batch 1, about 6 MiB of device-resident tensors with
 #: these weights) fits in its 90 %, batch 2 (about 12 MiB) does not: a real torch OutOfMemoryError

@@ -3,7 +3,7 @@ is read by the trainers' OWN argument parsers and config loaders, from checkouts
 ``AUTOTUNE_MUSUBI_SRC`` (kohya-ss/musubi-tuner, tested at 30c658c), ``AUTOTUNE_DPIPE_SRC``
 (tdrussell/diffusion-pipe, 8f83dbf) and ``AUTOTUNE_AITK_SRC`` (ostris/ai-toolkit, 27a03a9); each
 test skips, saying why, without its checkout. The parsers run in ``AUTOTUNE_<NAME>_PYTHON`` (default:
-this Python) by the scripts in ``tests/realchecks/``; what each needs: musubi torch, toml, accelerate,
+this Python) by the scripts in ``tests/real/realchecks/``; what each needs: musubi torch, toml, accelerate,
 easydict; diffusion-pipe torch, toml; ai-toolkit torch, oyaml."""
 
 from __future__ import annotations

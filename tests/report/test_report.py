@@ -22,7 +22,7 @@ from tests.helpers import IN_CI
 from tests.pngread import colour_counts, read_png
 from tests.report_study import BASE, KNOB_KEYS, TEST_TRAINER, YamlTestAdapter, build_study, clone_study
 
-DATA = Path(__file__).resolve().parent / "data" / "report"
+DATA = Path(__file__).resolve().parents[1] / "data" / "report"
 REGEN = os.environ.get("AUTOTUNE_REGEN_EXPECTED") == "1"  # rewrite the expected files, then review the diff
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

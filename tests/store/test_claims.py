@@ -279,7 +279,7 @@ def _events(out: Path) -> list[tuple[str, str, int, int]]:
 
 @pytest.mark.process
 def test_three_workers_run_every_candidate_exactly_once(tmp_path: Path) -> None:
-    """On SQLite; on PostgreSQL the real sweep does it (tests/test_scaleout.py)."""
+    """On SQLite; on PostgreSQL the real sweep does it (tests/e2e/test_scaleout.py)."""
     db_url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = _study(db_url)
     out = tmp_path / "out"
@@ -311,7 +311,7 @@ def test_a_killed_workers_trial_is_run_again_by_another(
 
     "same": both workers on this machine, so the survivor sees at once that the process is
     gone. "other": they pretend to be on two machines, so only the lapsed lease tells. (The
-    real sweep and worker commands do it on PostgreSQL in tests/test_scaleout.py.)
+    real sweep and worker commands do it on PostgreSQL in tests/e2e/test_scaleout.py.)
     """
     db_url = (
         f"sqlite:///{tmp_path / 'studies.db'}" if backend == "sqlite" else request.getfixturevalue("pg_url")

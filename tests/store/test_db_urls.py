@@ -4,7 +4,7 @@ A plain ``postgresql://`` URL must work on a fresh ``pip install 'autotune[postg
 extra must install the driver SQLAlchemy picks for it (psycopg 3 since SQLAlchemy 2.1). A
 missing driver is named for the URL's own database kind and driver, never with an install line
 for what is installed already. A password is never shown. The real server is in
-``tests/test_pg_urls.py``.
+``tests/store/test_pg_urls.py``.
 """
 
 from __future__ import annotations

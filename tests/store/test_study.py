@@ -355,7 +355,7 @@ def test_new_database_file_appears_only_complete(tmp_path: Path, monkeypatch: py
 @pytest.mark.process
 def test_many_processes_opening_one_new_database_at_once_all_succeed(tmp_path: Path) -> None:
     db, gate = tmp_path / "studies.db", tmp_path / "go"
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", OPENERS, f"sqlite:///{db}", str(gate), root],

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import tests.test_trainer_contract as contract
+import tests.trainers.test_trainer_contract as contract
 from autotune.cli import main
 from autotune.cli.parser import build_parser
 from autotune.trainers import Baseline, TrainerAdapter, adapter_names, get_adapter, registry

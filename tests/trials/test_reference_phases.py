@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_reference_trainer import tiny
+from tests.trials.test_reference_trainer import tiny
 from trials.reference.config import parse_config
 
 torch = pytest.importorskip("torch")

@@ -276,7 +276,7 @@ def test_hook_option_puts_the_hook_on_pythonpath(tmp_path: Path) -> None:
     adapter = _adapter(hook=True)
     baseline = adapter.baseline_from_text("optimization:\n  batch_size: 1\n")
     spec = adapter.render(baseline, {}, gradient_accumulation_steps=1, steps=20, trial_dir=tmp_path / "t")
-    hook_dir = Path(__file__).resolve().parent.parent / "trials" / "hook"
+    hook_dir = Path(__file__).resolve().parents[3] / "trials" / "hook"
     if hook_dir.is_dir():
         assert spec.env["PYTHONPATH"].split(os.pathsep)[0] == str(hook_dir)
         assert spec.env["AUTOTUNE_HOOK_FILE"] == str((tmp_path / "t" / "hook.jsonl").resolve())

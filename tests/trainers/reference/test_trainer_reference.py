@@ -11,7 +11,7 @@ import pytest
 from autotune.core.yamltext import load_yaml
 from autotune.trainers import get_adapter
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 STAND_IN = """\
 model:
   training_mode: lora

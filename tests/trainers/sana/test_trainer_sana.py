@@ -18,7 +18,7 @@ from autotune.trainers.kit.readers.tqdmbar import read_tqdm
 from autotune.trainers.sana.adapter import SanaAdapter
 from tests.helpers import FAKES
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 HOOK = REPO / "trials" / "hook" / "sitecustomize.py"
 FAKE = FAKES / "fake_sana_train.py"
 
