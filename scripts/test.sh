@@ -30,7 +30,7 @@ else
   run -n 2 --durations=10
   run -m "process or torch or postgres or browser or soak or demo" --durations=25
   # The real tier: the real trainers, unmodified, from the checkouts these variables name
-  # (tests/test_real_*.py say which commits were tested); each test skips the trainers not named.
+  # (tests/real/test_real_*.py say which commits were tested); each test skips the trainers not named.
   if [ -n "${AUTOTUNE_LTX2_SRC:-}${AUTOTUNE_MUSUBI_SRC:-}${AUTOTUNE_DPIPE_SRC:-}${AUTOTUNE_AITK_SRC:-}" ]; then
     run -m real --durations=10
   fi

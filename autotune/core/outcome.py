@@ -3,7 +3,7 @@
 ``explain`` looks at the exit (code or signal), the runner's flags (timed out,
 stalled, interrupted), the output text and the metrics read, and names one
 ``Outcome``. Substring matching on error text is fragile, so every pattern here
-is anchored to a real message (see tests/test_outcome.py for the table), and
+is anchored to a real message (see tests/core/test_outcome.py for the table), and
 texts that merely mention memory ("illegal memory access", ``max_memory``) do
 not count.
 

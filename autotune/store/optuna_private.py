@@ -2,8 +2,8 @@
 
 Why a module of its own: Optuna may rename or move anything private in any release. Here each
 reach is one small function saying why we need it and what breaks if it changes, so an Optuna
-upgrade is checked in one file (``tests/test_study.py``, ``tests/test_claims.py`` and
-``tests/test_pg_storage.py`` exercise every function below). Nothing else in ``autotune``
+upgrade is checked in one file (``tests/store/test_study.py``, ``tests/store/test_claims.py`` and
+``tests/store/test_pg_storage.py`` exercise every function below). Nothing else in ``autotune``
 touches a name of Optuna's that starts with ``_`` or an undocumented attribute.
 """
 
@@ -69,7 +69,7 @@ def set_trial_constraints(storage: RDBStorage, trial_id: int, values: Sequence[f
     ``set_trial_system_attr`` refuses a finished trial and a resume fills the values in on
     trials stored before they existed. A race with another writer of the same trial (both
     inserting) is ignored: both computed the same value from the same stored record. If the
-    key is renamed, Optuna's tools rank too-big trials again (``tests/test_optuna_tools.py``
+    key is renamed, Optuna's tools rank too-big trials again (``tests/store/test_optuna_tools.py``
     fails); if the model moves, this fails with ``ImportError`` or ``AttributeError``.
     """
     write_trial_attrs(storage, trial_id, {}, {CONSTRAINTS_KEY: [float(v) for v in values]}, finished_ok=True)

@@ -5,7 +5,7 @@ An adapter turns the study's params (``quantization``, ``optimizer``,
 derived gradient accumulation into the trainer's own config and launch command,
 and reads the trainer's own numbers back.
 
-Contract (tested against every adapter in ``tests/test_trainer_contract.py``):
+Contract (tested against every adapter in ``tests/trainers/test_trainer_contract.py``):
 - ``render`` is pure apart from writing files under ``trial_dir``; it never touches
   the baseline file and never writes outside the trial folder.
 - ``read_metrics`` never raises on a missing, truncated or garbage log: it returns

@@ -1,6 +1,6 @@
 """Simulated LTX-2 LoRA landscapes: a memory model and a speed model per knob combination and batch.
 
-Used in-process by ``tests/test_strategy.py`` and, through ``sim_trainer.py``, as a
+Used in-process by ``tests/core/test_strategy.py`` and, through ``sim_trainer.py``, as a
 real trainer subprocess by the sweep tests and the benchmark. Time is
 simulated: nothing sleeps.
 

@@ -1,5 +1,5 @@
 """One folder per trainer, each with a ``case.py`` whose ``CASE`` says how to build that trainer's
-adapter and baseline for the contract suite (``tests/test_trainer_contract.py``): a new trainer adds
+adapter and baseline for the contract suite (``tests/trainers/test_trainer_contract.py``): a new trainer adds
 its folder here and nothing else there."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ DPIPE_OUTPUT = "".join(  # deepspeed/runtime/pipe/engine.py:396-406 @ 38327e0
 
 
 def _dpipe(tmp: Path) -> tuple[TrainerAdapter, Baseline]:
-    from tests.test_trainer_dpipe import write_dpipe_setup
+    from tests.trainers.dpipe.test_trainer_dpipe import write_dpipe_setup
 
     adapter = get_adapter("diffusion-pipe", trainer_dir=FAKES / "diffusion-pipe", launcher=[sys.executable])
     return adapter, adapter.load_baseline(write_dpipe_setup(tmp))
