@@ -103,7 +103,7 @@ def test_a_trial_validates_at_most_once_as_the_trainer_counts_its_interval(
     steps: int, tmp_path: Path
 ) -> None:
     """The trainer validates after every optimizer step that is a multiple of ``validation.interval``
-    (trainer.py:246-251): the recipe's interval has exactly one multiple in 1..steps, the step the
+    (trainer.py:247-253): the recipe's interval has exactly one multiple in 1..steps, the step the
     record names, or there is no pass (2 steps: interval 1 would validate after both)."""
     import yaml
 

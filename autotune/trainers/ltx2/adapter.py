@@ -125,7 +125,9 @@ class Ltx2Adapter(TrainerAdapter):
         speed_note=(
             "its Time/Step times ONE micro-step (the one that runs the optimizer step) and multiplies it "
             "by the accumulation (GA-copied lines, trainer.py:275), prints it to 2 decimals, without a "
-            "CUDA synchronize and with data loading left out"
+            "CUDA synchronize and with data loading left out; a run too short for a Step line (every 20 "
+            "steps, trainer.py:299) has only its Training speed, which averages the whole run in: its "
+            "set-up, first steps and validation pass (trainer.py:151, 319-325)"
         ),
     )
 

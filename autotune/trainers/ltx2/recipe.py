@@ -43,7 +43,7 @@ DEFAULT_VALIDATION_INTERVAL = 100
 
 
 #: Steps a trial needs for its one validation pass: the pass follows step ``steps - 1`` (the
-#: trainer validates at every multiple of ``validation.interval``, trainer.py:246-251), so 2 steps
+#: trainer validates at every multiple of ``validation.interval``, trainer.py:247-253), so 2 steps
 #: would mean ``interval: 1``: a pass after step 1 AND step 2. From 3 steps the interval is at least
 #: 2 and ``steps - 1`` is its only multiple up to ``steps``: one pass, one step trained after it.
 MIN_STEPS_FOR_VALIDATION = 3
@@ -55,7 +55,7 @@ def no_validation_warning(steps: int) -> str:
         f"warning: trials of --steps {steps} run no validation pass, so its peak is not measured: the pass "
         f"follows step steps-1 with one step trained after it, which takes {MIN_STEPS_FOR_VALIDATION} steps "
         "(at 2 the LTX-2 trainer would validate after both, as it validates at every multiple of "
-        f"validation.interval, trainer.py:246-251); pass --steps {MIN_STEPS_FOR_VALIDATION} or more to measure it"
+        f"validation.interval, trainer.py:247-253); pass --steps {MIN_STEPS_FOR_VALIDATION} or more to measure it"
     )
 
 
