@@ -193,8 +193,9 @@ class TrainerAdapter(ABC):
         return None
 
     def steps_warning(self, baseline: Baseline, steps: int) -> str | None:
-        """A line for the sweep's start when trials cannot be given ``steps`` (a command template
-        with no ``{steps}``): they run the trainer's own length. ``None``: they get it."""
+        """A line for the sweep's start when trials of ``steps`` cannot run as asked (a command
+        template with no ``{steps}``: they run the trainer's own length; too few steps for a phase a
+        trial runs). ``None``: they can."""
         return None
 
     def data_warnings(

@@ -28,7 +28,17 @@ SRC_VAR, CACHE_VAR = "AUTOTUNE_LTX2_SRC", "AUTOTUNE_LTX2_CACHE"
 #: these weights) fits in its 90 %, batch 2 (about 12 MiB) does not: a real torch OutOfMemoryError
 #: in the trainer.
 CARD_GB = "0.009"
-STEPS = "20"  # the trainer's own rate counts its loop set-up and first step: amortised over 20 steps (12 steady ones past the counted steps and the warm-up)
+#: The trainer's own rate ("Training speed", trainer.py:151, 319-325) is its steps over the time from
+#: before its set-up (optimizer, data loader, config save) to after its last step. Compared like with
+#: like: against the hook's times of the same steps (step 2 on: the hook's first step also holds the
+#: model load), so only the trainer's set-up and first step are in one figure and not the other;
+#: measured on this rig 0.34 s quiet, 0.7-0.8 s on a loaded host, about 2-3 % of 200 steps.
+STEPS = "200"
+#: One intra-op thread per trainer: both sweeps run side by side on a small shared host, and torch's
+#: default pool (one thread per core) then oversubscribes the cores; its threads spin-wait for
+#: descheduled ones and the steps slow 20-30x at random (0.11 s steps measured at 1.7-5.6 s), which
+#: no figure of either side survives. The trainer's code is unchanged; only its thread count is set.
+THREADS = {"OMP_NUM_THREADS": "1"}
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(1500)]
 
@@ -139,7 +149,11 @@ def sweeps(
 
 
 def _start(args: list[str], cwd: Path, out: Path, err: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        **THREADS,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     with open(out, "wb") as o, open(err, "wb") as e:
         proc = subprocess.Popen([*_autotune(), *args], cwd=cwd, env=env, stdout=o, stderr=e)
     return proc, out, err
@@ -173,15 +187,34 @@ def test_the_real_trainer_sweeps_to_a_winner_that_fits_past_a_real_oom(sweeps: d
     best = report["best"]
     assert best is not None and best["fits"] is True and best["outcome"] == "ok"
     assert best["peak_vram_gb"] <= 0.9 * float(CARD_GB)
-    # samples/s: ours (steady optimizer steps) against the trainer's own optimizer-step rate
-    # (all its steps, set-up of the loop included) times the samples of one optimizer step
+    # samples/s, like with like: the trainer's own optimizer-step rate over its run (set-up and first
+    # step in it) against ours over the same steps, both times the samples of one optimizer step
     winner_dir = Path(report_trial_dir(runs, best["trial"]))
     record = json.loads((winner_dir / "adapter.json").read_text())
-    theirs = _trainer_rate(winner_dir) * record["batch_size"] * record["gradient_accumulation_steps"]
-    ratio = best["samples_per_s"] / theirs
-    print(f"trials {outcomes}; winner {best['params']} {best['samples_per_s']:.4f} samples/s, "
-          f"trainer's own {theirs:.4f} ({ratio:.3f}x)")  # fmt: skip
-    assert 0.9 <= ratio <= 1.1, (best, theirs)
+    per_step = record["batch_size"] * record["gradient_accumulation_steps"]
+    theirs = _trainer_rate(winner_dir) * per_step
+    times = _hook_step_times(winner_dir)
+    assert len(times) == int(STEPS), times
+    ours = per_step * (len(times) - 1) / sum(times[1:])
+    ratio = ours / theirs
+    # the verdict's samples/s: the same step times, its steady ones (counted steps and warm-up left out)
+    metrics = json.loads((winner_dir / "metrics.json").read_text())
+    steady = times[-metrics["steady_steps"] :]
+    assert best["samples_per_s"] == pytest.approx(per_step * len(steady) / sum(steady), rel=1e-3)
+    print(f"trials {outcomes}; winner {best['params']}: trainer's own {theirs:.4f} samples/s, ours over the "
+          f"same steps {ours:.4f} ({ratio:.3f}x); ours steady ({len(steady)} steps) {best['samples_per_s']:.4f} "
+          f"({best['samples_per_s'] / theirs:.3f}x the trainer's)")  # fmt: skip
+    assert 0.9 <= ratio <= 1.1, (best, theirs, ours)
+
+
+def _hook_step_times(trial_dir: Path) -> list[float]:
+    """The hook's time of each optimizer step, in step order (its step events, hookfile's format)."""
+    events = []
+    for line in (trial_dir / "hook.jsonl").read_text().splitlines():
+        event = json.loads(line[line.index("{") :]) if "{" in line else {}
+        if event.get("event") == "step":
+            events.append(event)
+    return [float(e["step_time_s"]) for e in sorted(events, key=lambda e: int(e["step"]))]
 
 
 def report_trial_dir(runs: Path, number: int) -> str:
@@ -209,5 +242,9 @@ def test_without_cuda_the_validating_baseline_runs_with_its_text_encoder_unquant
     (only,) = report["trials"]
     assert only["samples_per_s"] == pytest.approx(1 / only["step_time_s"], rel=1e-3)  # batch 1
     assert any("gemma_8bit.py:81-86" in w for w in report["warnings"])
+    # 3 steps print no Step line: the trainer's figure beside ours is its Training speed, whose
+    # average holds the set-up and the validation pass, and the report says so where they differ
+    (speed,) = [w for w in report["warnings"] if "The trainer's own samples/s differs" in w]
+    assert "Training speed, which averages the whole run in" in speed
     stdout = (trial / "stdout.log").read_text(errors="replace")
     assert "8-bit Gemma quantization requires a CUDA device" not in stdout + log

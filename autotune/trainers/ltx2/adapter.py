@@ -43,7 +43,13 @@ from autotune.trainers.ltx2.checkout import (
 from autotune.trainers.ltx2.data import data_sources
 from autotune.trainers.ltx2.launch import accelerate_config_file, flag_option, package_hints
 from autotune.trainers.ltx2.metrics import read_ltx2_metrics
-from autotune.trainers.ltx2.recipe import TEXT_ENCODER_8BIT_OFF, validates_with_8bit_text_encoder
+from autotune.trainers.ltx2.recipe import (
+    MIN_STEPS_FOR_VALIDATION,
+    TEXT_ENCODER_8BIT_OFF,
+    baseline_validates,
+    no_validation_warning,
+    validates_with_8bit_text_encoder,
+)
 from autotune.trainers.ltx2.recipe import short_run_recipe as short_run_recipe
 from autotune.trainers.ltx2.recipe import trial_recipe as trial_recipe
 from autotune.trainers.ltx2.view import DataView, ViewCache, samples_for_trial
@@ -105,7 +111,9 @@ class Ltx2Adapter(TrainerAdapter):
         speed_note=(
             "its Time/Step times ONE micro-step (the one that runs the optimizer step) and multiplies it "
             "by the accumulation (GA-copied lines, trainer.py:275), prints it to 2 decimals, without a "
-            "CUDA synchronize and with data loading left out"
+            "CUDA synchronize and with data loading left out; a run too short for a Step line (every 20 "
+            "steps, trainer.py:299) has only its Training speed, which averages the whole run in: its "
+            "set-up, first steps and validation pass (trainer.py:151, 319-325)"
         ),
     )
 
@@ -135,6 +143,13 @@ class Ltx2Adapter(TrainerAdapter):
             f"past it, so pass --steps {MIN_STEPS_FOR_STEP_LINES} or more (or run the trials with the "
             "trial-side hook, which times every optimizer step)"
         )
+
+    def steps_warning(self, baseline: Baseline, steps: int) -> str | None:
+        """Trials too short for their validation pass (``MIN_STEPS_FOR_VALIDATION``) run none: said
+        at the sweep's start, since the validation peak then goes unmeasured."""
+        if self.trial_validation and steps < MIN_STEPS_FOR_VALIDATION and baseline_validates(baseline.data):
+            return no_validation_warning(steps)
+        return None
 
     # --- baseline ------------------------------------------------------------------------------
 

@@ -42,6 +42,23 @@ TRIAL_INFERENCE_STEPS = 2
 DEFAULT_VALIDATION_INTERVAL = 100
 
 
+#: Steps a trial needs for its one validation pass: the pass follows step ``steps - 1`` (the
+#: trainer validates at every multiple of ``validation.interval``, trainer.py:247-253), so 2 steps
+#: would mean ``interval: 1``: a pass after step 1 AND step 2. From 3 steps the interval is at least
+#: 2 and ``steps - 1`` is its only multiple up to ``steps``: one pass, one step trained after it.
+MIN_STEPS_FOR_VALIDATION = 3
+
+
+def no_validation_warning(steps: int) -> str:
+    """Why trials of ``steps`` (< ``MIN_STEPS_FOR_VALIDATION``) run no validation pass."""
+    return (
+        f"warning: trials of --steps {steps} run no validation pass, so its peak is not measured: the pass "
+        f"follows step steps-1 with one step trained after it, which takes {MIN_STEPS_FOR_VALIDATION} steps "
+        "(at 2 the LTX-2 trainer would validate after both, as it validates at every multiple of "
+        f"validation.interval, trainer.py:247-253); pass --steps {MIN_STEPS_FOR_VALIDATION} or more to measure it"
+    )
+
+
 TEXT_ENCODER_8BIT_KEY = "acceleration.load_text_encoder_in_8bit"
 #: Why a trial without CUDA loads the text encoder in full precision (``without_cuda``).
 TEXT_ENCODER_8BIT_OFF = (
@@ -70,7 +87,7 @@ def trial_recipe(
     else no validation and no text encoder at all. Without ``cuda`` that pass loads the text
     encoder without 8-bit (``TEXT_ENCODER_8BIT_OFF``)."""
     short = short_run_recipe(steps, trial_dir)
-    if validation and steps >= 2 and baseline_validates(data):
+    if validation and steps >= MIN_STEPS_FOR_VALIDATION and baseline_validates(data):
         phases = trial_validation_recipe(data, steps)
         if not cuda and validates_with_8bit_text_encoder(data):
             phases.append((TEXT_ENCODER_8BIT_KEY, False))

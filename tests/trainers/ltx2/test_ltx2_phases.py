@@ -7,6 +7,7 @@ End to end through ``autotune sweep --trainer ltx2`` on the fake trainer, whose 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,44 @@ def test_only_a_baseline_that_validates_gets_a_validation_pass(
     assert (keys["validation.interval"] == 59) is validates
     if not validates:
         assert keys["validation.interval"] is None and keys["validation.samples"] == []
+
+
+@pytest.mark.parametrize("steps", [2, 3, 4, 60])
+def test_a_trial_validates_at_most_once_as_the_trainer_counts_its_interval(
+    steps: int, tmp_path: Path
+) -> None:
+    """The trainer validates after every optimizer step that is a multiple of ``validation.interval``
+    (trainer.py:247-253): the recipe's interval has exactly one multiple in 1..steps, the step the
+    record names, or there is no pass (2 steps: interval 1 would validate after both)."""
+    import yaml
+
+    keys = dict(trial_recipe(yaml.safe_load(BASELINE), steps, tmp_path))
+    interval = keys["validation.interval"]
+    passes = [n for n in range(1, steps + 1) if interval and n % interval == 0]
+    assert passes == ([] if steps < 3 else [steps - 1])
+
+
+@pytest.mark.process
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("steps", "passes"), [(2, []), (3, [2])])
+def test_a_short_trial_runs_one_validation_pass_or_none_and_says_so(
+    steps: int, passes: list[int], tmp_path: Path, hook_on: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fake trainer validates as the real one does (at every multiple of the interval): a
+    2-step trial runs no pass (the sweep warns at its start), a 3-step one exactly one, after step 2."""
+    config = tmp_path / "plan.yaml"
+    config.write_text(BASELINE)
+    argv = ["sweep", "--trainer", "ltx2", "--trainer-dir", str(FAKE), "--config", str(config)]
+    argv += ["--trainer-python", sys.executable, "--vram-gb", "80", "--steps", str(steps)]
+    assert main([*argv, "--max-trials", "1", "--workdir", str(tmp_path / "runs")]) == 0
+    (log,) = (tmp_path / "runs").glob("*/trial-0000/stdout.log")
+    ran = [int(n) for n in re.findall(r"Validation samples for step (\d+) saved", log.read_text())]
+    assert ran == passes
+    out = capsys.readouterr()
+    warned = f"trials of --steps {steps} run no validation pass" in out.out + out.err
+    assert warned is (not passes)
+    record = json.loads((log.parent / "adapter.json").read_text())
+    assert record["validation_step"] == (passes[0] if passes else None)
 
 
 def test_opting_out_drops_the_pass_and_the_text_encoder(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ Lightricks/LTX-2 at 400fd31). So, per process:
   the pass's leftovers in the cache, as in a real run's next interval);
 - save: what the exit event adds (the final checkpoint and the end of the run).
 Each phase's figure is the running maximum when it ended, so a phase "set the peak" when it
-raised it. Without a validation step (``--no-validation-in-trials``, or a one-step trial) the
-steps are training and the exit is the save. A run with no step event never reached a phase (it
+raised it. Without a validation step (``--no-validation-in-trials``, or a trial of fewer than 3
+steps) the steps are training and the exit is the save. A run with no step event never reached a phase (it
 died loading, or in its first step or a validation pass before training); an exit event that names
 an exception ended in that failure, not in a save. Never raises: a torn or missing file gives
 nothing.
