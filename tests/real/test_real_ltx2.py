@@ -205,6 +205,8 @@ def test_the_real_trainer_sweeps_to_a_winner_that_fits_past_a_real_oom(sweeps: d
           f"same steps {ours:.4f} ({ratio:.3f}x); ours steady ({len(steady)} steps) {best['samples_per_s']:.4f} "
           f"({best['samples_per_s'] / theirs:.3f}x the trainer's)")  # fmt: skip
     assert 0.9 <= ratio <= 1.1, (best, theirs, ours)
+    # and the issue's own check: the winner's samples/s (steady steps) within 10 % of the trainer's rate
+    assert 0.9 <= best["samples_per_s"] / theirs <= 1.1, (best, theirs)
 
 
 def _hook_step_times(trial_dir: Path) -> list[float]:
