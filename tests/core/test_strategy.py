@@ -608,10 +608,11 @@ def test_every_16_candidate_grid_stays_within_the_grid_and_finds_the_best() -> N
 
 #: Quiet-host 16-candidate grids (per-step noise under 5 %) that still take 9 trials. 1049: odd
 #: batches run 7 % slower there, and the bisection's middle of checkpointing on's gap 2..8 is
-#: batch 5, which sits above the hull and bounds nothing; 4 and 6 (the best) must run, and 7 (a
-#: secant from 4 and 6 leaves it 1.5 % of room), so the family takes 7 trials and checkpointing
-#: off 2 (batch 1, batch 2 out of memory). Middles that avoid batch 5 (the geometric one, the
-#: roundest batch) bring 1049 to 8 but cost other grids more (docs/benchmark.md).
+#: batch 5, which sits above the hull and bounds only through monotonicity; 4 and 6 (the best) must
+#: run, and 7 (the tightest secant, through 2 and 6, leaves it 1.6 % of room), so the family takes
+#: 7 trials and checkpointing off 2 (batch 1, batch 2 out of memory). A first probe other than 5
+#: brings 1049 to 8 but takes 151 (in QUIET_16, which reaches the same gap with the same step times
+#: within 4 %) to 11-13: no middle rule serves both (docs/benchmark.md).
 QUIET_16_OVER_8 = {1049}
 
 
