@@ -104,6 +104,9 @@ class _Base:
     def ruled_out(self, history: Sequence[Observation]) -> list[Verdict]:
         return []
 
+    def could_win(self, history: Sequence[Observation]) -> dict[Candidate, float]:
+        return {}  # no speed bounds: these strategies do not say
+
     def next_candidate(self, history: Sequence[Observation]) -> Candidate | None:
         raise NotImplementedError
 

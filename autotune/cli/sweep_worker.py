@@ -343,6 +343,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"sweep {result.study}: {result.stop_reason} after {result.trials_run} trial(s) finished{interrupted}",
         file=out,
     )
+    if result.search_left:
+        print(f"search: {result.search_left}", file=out)
     if result.best_trial is None:
         print("no config finished and fit with the headroom asked for", file=out)
     else:

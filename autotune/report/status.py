@@ -82,6 +82,7 @@ def collect(*, storage: str | None, workdir: Path | None, study: str | None) -> 
         "baseline": _brief(base),
         "best": _brief(best),
         "stop_reason": attrs.get("stop_reason") or _unrecorded_stop(attrs),
+        "search_left": attrs.get("search_left"),
         "ruled_out": len(attrs.get("ruled_out") or []),
         "report": str(report) if report else None,
     }
@@ -171,6 +172,8 @@ def render(info: dict[str, Any]) -> str:
         lines.append(f"  ruled out without running: {info['ruled_out']} candidate(s)")
     if info.get("stop_reason"):
         lines.append(f"  last run stopped: {info['stop_reason']}")
+    if info.get("search_left"):
+        lines.append(f"  search: {info['search_left']}")
     if info.get("report"):
         lines.append(f"  report: {info['report']}")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ Only the sweep that started a study concludes it; workers leave it to that sweep
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -174,6 +175,26 @@ def record_ruled_out(study: st.SweepStudy, space: Space, strategy: SearchStrateg
     study.set_attr("ruled_out", out)
 
 
+def search_left(why: str, study: st.SweepStudy, space: Space, strategy: SearchStrategy) -> str | None:
+    """After a sweep stopped on a limit (``why`` is not ``done``), what its search still had: how many
+    candidates could beat the best by their speed bounds, so the user knows whether more trials
+    could pay. ``None`` after a search that ended on its own."""
+    if why == "done":
+        return None
+    could = strategy.could_win([o for _, o in observations(study, space)])
+    if not could:
+        return "nothing left could beat the best: a longer run would not change the winner"
+    finite = [b for b in could.values() if math.isfinite(b)]
+    unbounded = len(could) - len(finite)
+    parts = [f"their bounds up to {max(finite):.4g} samples/s"] if finite else []
+    if unbounded:
+        parts.append(f"{unbounded} in a family not measured yet")
+    return (
+        f"{len(could)} candidate(s) could still beat the best ({', '.join(parts)}): "
+        "run the same command with a larger limit to search on"
+    )
+
+
 def write_reports(study: st.SweepStudy, study_dir: Path, progress: Progress) -> list[Path]:
     """The study's reports in its folder; a report that cannot be written is a warning, not a failure."""
     from autotune.report.build import write_reports as write
@@ -217,6 +238,7 @@ def result(
         trials_interrupted=counts.interrupted,
         busy_note=busy,
         stop_reason=why,
+        search_left=study.user_attrs.get("search_left"),
         reports=reports,
         wall_s=time.monotonic() - t0,
         best_fit_measured=TrialRecord.from_trial(bt).fit_measured if bt else None,

@@ -123,6 +123,7 @@ class SweepResult:
     best_fit_measured: bool | None = None  # False: the winner is only the fastest (no peak read)
     trials_interrupted: int = 0  # cut short and run again: not in ``trials_run``
     busy_note: str | None = None  # the winner's or baseline's speed was measured on a busy host
+    search_left: str | None = None  # stopped on a limit: what could still beat the best
 
 
 # --- options stored on the study, for ``autotune worker`` -------------------------------------------

@@ -207,6 +207,7 @@ class SweepSession:
             )
         if self.concludes:  # this run's own reason is recorded when it stops (``status``)
             study.set_attr("stop_reason", None)
+            study.set_attr("search_left", None)
         study.set_attr("effective_batch", plan.target_effective)
         study.set_attr(CARD_GB_ATTR, plan.card.vram_gb)  # exact (the settings round it): fit constraints
         study.set_attr(CARD_BYTES_ATTR, round(plan.card.vram_gb * GIB))
@@ -256,6 +257,7 @@ class SweepSession:
             )
         study.set_attr("best_trial", best_trial)
         study.set_attr("stop_reason", stop_reason)
+        study.set_attr("search_left", conclude.search_left(stop_reason, study, plan.space, plan.strategy))
         conclude.record_remeasured(study, self.progress)
         conclude.record_ruled_out(study, plan.space, plan.strategy)
         reports = conclude.write_reports(study, plan.study_dir, self.progress)

@@ -44,6 +44,8 @@ class SearchStrategy(Protocol):
 
     def ruled_out(self, history: Sequence[Observation]) -> list[Verdict]: ...
 
+    def could_win(self, history: Sequence[Observation]) -> Mapping[Candidate, float]: ...
+
 
 #: Builds the strategy: ``(space, baseline candidate, card GB, headroom)``, as ``Strategy`` takes them.
 StrategyFactory = Callable[[Space, Candidate, float, float], SearchStrategy]

@@ -449,6 +449,7 @@ def test_a_full_disk_under_the_database_is_a_clear_error_the_study_intact_and_re
         assert sum(t["state"] == "COMPLETE" for t in trials) > done_before
         status = _run([sys.executable, "-m", "autotune", "status", "--workdir", str(workdir)], tmp_path)
         assert "last run stopped: max-trials (6) reached" in status.stdout, status.stdout
+        assert "\n  search: " in status.stdout, status.stdout  # what a longer run could still find
 
 
 @pytest.mark.process

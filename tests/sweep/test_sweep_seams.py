@@ -33,6 +33,7 @@ from autotune.store.identity import ProcessIdentity
 from autotune.store.recovery import reap_stale
 from autotune.store.storage import open_storage
 from autotune.sweep.api import run_sweep
+from autotune.sweep.history import observations
 from autotune.sweep.loop import Interrupt, LoopStop, SearchLoop
 from autotune.sweep.options import SweepOptions
 from autotune.sweep.progress import Progress
@@ -77,6 +78,12 @@ class Recording:
 
     def ruled_out(self, history: Sequence[Observation]) -> list[Any]:
         return self.inner.ruled_out(history)
+
+    def could_win(self, history: Sequence[Observation]) -> dict[Candidate, float]:
+        return self.inner.could_win(history)
+
+    def remeasure(self, history: Sequence[Observation]) -> Candidate | None:
+        return self.inner.remeasure(history)
 
 
 def _opts(tmp: Path, **kw: Any) -> SweepOptions:
@@ -204,3 +211,31 @@ def test_a_claimed_trial_reaped_meanwhile_records_nothing(tmp_path: Path) -> Non
     assert lost == [True]
     assert finished.state == TrialState.FAIL and finished.user_attrs["outcome"] == "interrupted"
     assert "samples_per_s" not in finished.user_attrs
+
+
+def test_a_sweep_stopped_by_a_limit_says_what_could_still_beat_the_best(fake_env: Path) -> None:
+    """The count is the strategy's own (its speed bounds over the study's trials), printed and kept
+    for ``status``; a search that ran to its end says nothing of the kind."""
+    strategy = Recording()
+    stopped = run_sweep(
+        _opts(fake_env, max_trials=2), nvml=False, stream=io.StringIO(), tty=False, strategy_factory=strategy
+    )
+    assert stopped.stop_reason == "max-trials (2) reached"
+    storage = open_storage(stopped.storage)
+    study = optuna.load_study(study_name=stopped.study, storage=storage)
+    space = strategy.inner.space
+    history = [o for _, o in observations(st.SweepStudy(storage, study), space)]
+    could = strategy.inner.could_win(history)
+    assert could, "two trials of a 16-candidate grid leave candidates that could win"
+    assert stopped.search_left is not None
+    assert stopped.search_left.startswith(f"{len(could)} candidate(s) could still beat the best")
+    assert study.user_attrs["search_left"] == stopped.search_left
+    finished = run_sweep(
+        _opts(fake_env, max_trials=60),
+        nvml=False,
+        stream=io.StringIO(),
+        tty=False,
+        strategy_factory=Recording(),
+    )  # the same study, resumed with room to end on its own
+    assert finished.stop_reason == "done" and finished.search_left is None
+    assert optuna.load_study(study_name=finished.study, storage=storage).user_attrs["search_left"] is None
