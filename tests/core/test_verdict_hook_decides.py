@@ -48,10 +48,12 @@ def _fixture(name: str) -> str:
     return path.read_text()
 
 
-def _hook_file(path: Path, step_s: float, steps: int) -> None:
-    """The hook's lines for ``steps`` optimizer steps of ``step_s`` each (the first three slower)."""
+def _hook_file(path: Path, step_s: float, steps: int, samples: list[int] | None = None) -> None:
+    """The hook's lines for ``steps`` optimizer steps of ``step_s`` each (the first three slower),
+    each with its loader count from ``samples`` (none by default)."""
+    counts: list[int | None] = list(samples) if samples is not None else [None] * steps
     lines = [
-        {"event": "step", "step": n, "step_time_s": step_s * (3.0 if n <= 3 else 1.0), "samples": None,
+        {"event": "step", "step": n, "step_time_s": step_s * (3.0 if n <= 3 else 1.0), "samples": counts[n - 1],
          "max_memory_reserved_gb": 30.0, "pid": 11}
         for n in range(1, steps + 1)
     ]  # fmt: skip
@@ -138,6 +140,29 @@ def test_every_adapter_with_a_hook_lets_the_hook_decide(tmp_path: Path, name: st
     assert metrics.timed_by == "hook" and metrics.step_time_s == pytest.approx(0.1)
     assert metrics.trainer_step_time_s == pytest.approx(0.13)
     assert metrics.samples_per_s == pytest.approx(record["effective_batch"] / 0.1)
+
+
+@pytest.mark.parametrize(
+    "name", ["ltx2", "reference", "sana", "command", "musubi", "diffusion-pipe", "ai-toolkit"]
+)
+def test_a_look_ahead_loader_count_is_credited_only_by_the_command_trainer(tmp_path: Path, name: str) -> None:
+    """Each adapter's reader on the counts accelerate's one-batch look-ahead gives a trial stopped
+    mid-epoch (accelerate/data_loader.py:586, 598: a batch taken ahead on step 1, never trained):
+    the drop_last trainers are credited the batch x GA they consume, the ``--cmd`` trainer (which
+    may name no batch) what its loaders yielded over the run."""
+    from tests.trainers.test_trainer_contract import CASES
+
+    case = next(c for c in CASES if c.name == name)
+    adapter, baseline = case.make(tmp_path)
+    trial = tmp_path / "t"
+    adapter.render(baseline, case.params, gradient_accumulation_steps=2, steps=40, trial_dir=trial)
+    effective = json.loads((trial / "adapter.json").read_text())["effective_batch"]
+    batch = max(1, effective // 2)
+    _hook_file(trial / "hook.jsonl", 0.1, 40, samples=[effective + batch] + [effective] * 39)
+    metrics = adapter.read_metrics(trial, "")
+    counted = (effective + batch / 40) / 0.1
+    want = counted if name == "command" else effective / 0.1
+    assert metrics.timed_by == "hook" and metrics.samples_per_s == pytest.approx(want), name
 
 
 @pytest.mark.process

@@ -176,22 +176,54 @@ def test_a_run_that_died_before_its_first_step_reached_no_phase(tmp_path: Path) 
     assert peaks.describe().startswith("peak set by save")
 
 
-@pytest.mark.parametrize("reader", ["hook", "ltx2-log", "metrics-file"])
+def _cumulative_bar(desc: str, postfix: str, times: list[float]) -> str:
+    """A bar drawn with ``smoothing=0`` (musubi-tuner's, trainer_base.py:1920) or Lightning's ``n``
+    set without ``update()``: each rate the mean since the start, in tqdm's two decimals."""
+    lines, elapsed = [], 0.0
+    for n, t in enumerate(times, start=1):
+        elapsed += t
+        lines.append(f"{desc}: {100 * n // len(times):3d}%|##| {n}/{len(times)} [00:{int(elapsed) % 60:02d}<00:05, "
+                     f"{elapsed / n:.2f}s/it, {postfix}]")  # fmt: skip
+    return "\r".join(lines) + "\n"
+
+
+READERS = ["hook", "ltx2-log", "metrics-file", "musubi-bar", "lightning", "deepspeed"]
+
+
+@pytest.mark.parametrize("reader", READERS)
 def test_alternating_steps_are_timed_by_their_mean_with_the_spread_beside(
     tmp_path: Path, reader: str
 ) -> None:
     """3 s / 6 s steps: the median reads 3 s or 6 s (or their midpoint, by luck of the count); the
-    time they take is 4.5 s a step. Every per-step reader takes the mean, the spread kept apart."""
+    time they take is 4.5 s a step. Every per-step reader takes the mean, the spread kept apart;
+    DeepSpeed's samples/s is the samples over the steps' time, not the mean of its rates."""
+    from autotune.trainers.kit.readers.dslog import read_deepspeed_steps
     from autotune.trainers.kit.readers.hookfile import read_hook_file
     from autotune.trainers.kit.readers.metricsfile import read_metrics_file
+    from autotune.trainers.kit.readers.tqdmbar import read_lightning, read_tqdm_cumulative
 
     times = [9.0] * 20 + [3.0, 6.0] * 20 + [3.0]  # warm-up, then 41 alternating steps
+    rough = 1e-6  # but a bar's: its rates have two decimals, which its differenced times carry
     if reader == "hook":
         rows = [{"event": "step", "step": n + 1, "step_time_s": t} for n, t in enumerate(times)]
         metrics = read_hook_file(_events(tmp_path / "hook.jsonl", rows))
     elif reader == "metrics-file":
         (tmp_path / "m.json").write_text(json.dumps({"step_times_s": times}))
         metrics = read_metrics_file(tmp_path / "m.json")
+    elif reader in ("musubi-bar", "lightning"):
+        musubi = reader == "musubi-bar"
+        bar = _cumulative_bar(
+            *(("steps", "avr_loss=0.5") if musubi else ("Epoch 0", "v_num=0, train_loss=0.5")), times
+        )
+        read = read_tqdm_cumulative(bar) if musubi else read_lightning(bar)
+        assert read is not None
+        metrics, rough = read, 0.02
+    elif reader == "deepspeed":  # DeepSpeed's pipe engine line (engine.py:396-406), batch 4 a step
+        text = "\n".join(f"steps: {n + 1} loss: 0.1000 iter time (s): {t:.3f} samples/sec: {4 / t:.3f}"
+                          for n, t in enumerate(times))  # fmt: skip
+        read = read_deepspeed_steps(text)
+        assert read is not None and read.samples_per_s is not None
+        metrics = read
     else:  # Step lines every 20 steps, each a sample
         lines = [(20 * (i + 1), t) for i, t in enumerate([9.0, *[3.0, 6.0] * 5, 3.0])]
         text = "\n".join(
@@ -200,5 +232,7 @@ def test_alternating_steps_are_timed_by_their_mean_with_the_spread_beside(
         )
         metrics = parse_ltx2_output(text).to_metrics(4)
     steady = [3.0, 6.0] * 20 + [3.0] if reader != "ltx2-log" else [3.0, 6.0] * 5 + [3.0]
-    assert metrics.step_time_s == pytest.approx(sum(steady) / len(steady))
+    assert metrics.step_time_s == pytest.approx(sum(steady) / len(steady), rel=rough)
     assert metrics.step_time_spread_s is not None and metrics.step_time_spread_s > 1.0
+    if reader == "deepspeed":
+        assert metrics.samples_per_s == pytest.approx(4 * len(steady) / sum(steady), rel=1e-3)

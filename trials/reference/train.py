@@ -321,7 +321,7 @@ def run(cfg: TrainConfig, *, progress_bars: bool) -> dict[str, Any]:
     counted = (cfg.memory_steps or cfg.steps) if device.type == "cpu" else 0
     warmup = max(cfg.warmup_steps, counted)
     steady = steady_state(step_times, warmup)
-    step_time = statistics.median(steady)
+    step_time = statistics.fmean(steady)  # the time the steps took (a median misreads uneven steps)
     peak_gb = memory.peak_gb()
     total_s = time.perf_counter() - started
     say(statistics_block(total_s, cfg.steps / train_s, cfg.steps * samples_per_step / train_s, peak_gb))

@@ -58,6 +58,7 @@ def read_deepspeed_steps(text: str) -> TrialMetrics | None:
         metrics.step_times_s = [times[n] for n in steps]
         metrics.step_time_s, metrics.step_time_spread_s = steady_state(metrics.step_times_s, skip)
         rated = [n for n in steps if n in rates]
-        if rated:
-            metrics.samples_per_s, _ = steady_state([rates[n] for n in rated], warmup_by_step(rated))
+        steady = rated[warmup_by_step(rated) :] or rated
+        if steady:  # samples over the steps' time (a mean of the rates reads 3 s / 6 s steps 12 % fast)
+            metrics.samples_per_s = sum(rates[n] * times[n] for n in steady) / sum(times[n] for n in steady)
     return metrics

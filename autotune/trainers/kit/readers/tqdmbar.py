@@ -151,9 +151,11 @@ def cumulative_metrics(bar: Bar, batches_per_step: int = 1, source: str = "tqdm-
         previous = (start, step, elapsed)
     metrics = TrialMetrics(source=source, losses=[bar.step_losses[n] for n in sorted(bar.step_losses)])
     if samples:
+        # differenced elapsed times are the steps' own times, not smoothed rates: their mean, as
+        # every per-step reader (a median misreads alternating 3 s / 6 s steps)
         metrics.step_times_s = [t for _, t in samples]
         metrics.step_time_s, metrics.step_time_spread_s = steady_state(
-            metrics.step_times_s, warmup_by_step([n for n, _ in samples]), center=statistics.median
+            metrics.step_times_s, warmup_by_step([n for n, _ in samples])
         )
     return metrics
 
