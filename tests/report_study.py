@@ -119,7 +119,7 @@ def _ok(
     batch: int,
     gas: int,
     peak: float,
-    trainer_peak: float,
+    trainer_peak: float | None,
     card: float = 47.99,
     limit: float = 43.191,
 ) -> dict[str, Any]:
@@ -136,11 +136,10 @@ def _ok(
         "step_time_spread_s": spread,
         "samples_per_s": round(batch * gas / step, 4),
         "peak_vram_gb": peak,
-        "trainer_peak_vram_gb": trainer_peak,
         "measured_peak_vram_gb": peak,
         "fits": peak <= limit,
         "headroom_gb": round(card - peak, 2),
-    }
+    } | ({"trainer_peak_vram_gb": trainer_peak} if trainer_peak is not None else {})
 
 
 def write_timeline(folder: Path, peak: float, seconds: int = 40) -> None:
@@ -164,8 +163,10 @@ def build_study(
     extra_attrs: Mapping[str, Any] | None = None,
     with_running: bool = True,
     base_gas: int = 4,
+    trainer_peaks: bool = True,
 ) -> tuple[str, optuna.Study]:
-    """Create the known study in ``workdir/studies.db``; returns (storage URL, study)."""
+    """Create the known study in ``workdir/studies.db``; returns (storage URL, study).
+    ``trainer_peaks`` False: the trainer printed no peak of its own (a CPU run)."""
     workdir.mkdir(parents=True, exist_ok=True)
     url = f"sqlite:///{workdir}/studies.db"
     study = optuna.create_study(study_name=name, storage=fast_storage(url), direction="maximize")
@@ -195,17 +196,21 @@ def build_study(
             }
         ],
     )
+
+    def tp(figure: float) -> float | None:
+        return figure if trainer_peaks else None
+
     for key, value in (extra_attrs or {}).items():
         study.set_user_attr(key, value)
 
-    study.add_trial(_trial(BASE, _ok(0, workdir, 8.0, 0.2, 1, base_gas, 30.1, 31.25)))
+    study.add_trial(_trial(BASE, _ok(0, workdir, 8.0, 0.2, 1, base_gas, 30.1, tp(31.25))))
     study.add_trial(
-        _trial({**BASE, "quantization": "none"}, _ok(1, workdir, 6.4, 0.16, 1, base_gas, 38.5, 39.4))
+        _trial({**BASE, "quantization": "none"}, _ok(1, workdir, 6.4, 0.16, 1, base_gas, 38.5, tp(39.4)))
     )
     study.add_trial(
         _trial(
             {**BASE, "quantization": "none", "optimizer": "adamw"},
-            _ok(2, workdir, 6.2, 0.2, 1, base_gas, 41.0, 41.9),
+            _ok(2, workdir, 6.2, 0.2, 1, base_gas, 41.0, tp(41.9)),
         )
     )
     oom = {
@@ -225,10 +230,14 @@ def build_study(
         _trial({**BASE, "quantization": "none", "optimizer": "adamw", "batch_size": 2}, oom, TrialState.FAIL)
     )
     study.add_trial(
-        _trial({**BASE, "optimizer": "adamw", "batch_size": 2}, _ok(4, workdir, 3.0, 0.1, 2, 1, 40.2, 41.0))
+        _trial(
+            {**BASE, "optimizer": "adamw", "batch_size": 2}, _ok(4, workdir, 3.0, 0.1, 2, 1, 40.2, tp(41.0))
+        )
     )
     study.add_trial(
-        _trial({**BASE, "gradient_checkpointing": False}, _ok(5, workdir, 5.0, 0.1, 1, base_gas, 45.5, 46.1))
+        _trial(
+            {**BASE, "gradient_checkpointing": False}, _ok(5, workdir, 5.0, 0.1, 1, base_gas, 45.5, tp(46.1))
+        )
     )
     if with_running:
         study.enqueue_trial(

@@ -365,9 +365,11 @@ def _optuna_differs(report: Report, best: TrialRow, beaten: TrialRow | None) -> 
 def _adapter_notes(report: Report) -> list[str]:
     """What the sweep's trainer wants every reader of a winner to know (its ``report_notes``)."""
     try:
-        return list(adapter_for(report).traits.report_notes)
+        traits = adapter_for(report).traits
     except AutotuneError:
         return []
+    has_own_peak = report.best is not None and report.best.get("trainer_peak_vram_gb") is not None
+    return [*traits.report_notes, *([traits.peak_note] if traits.peak_note and has_own_peak else [])]
 
 
 def _tiered(trainer: str) -> bool:

@@ -84,6 +84,9 @@ class TrainerTraits:
     longer_input: str = "a longer or larger sample in the data"
     #: Warnings the report adds about how this trainer measures itself (one sentence each).
     report_notes: tuple[str, ...] = ()
+    #: How the trainer's own peak figure is taken, for the report when the winner has one (a CPU
+    #: run of a trainer that prints 0.00 GB has none: then the note would explain nothing).
+    peak_note: str = ""
     #: Why this trainer's own step time may differ from the hook's (the report, past 10 %).
     speed_note: str = (
         "a trainer's own step figure may time one micro-step times the accumulation, be rounded, "

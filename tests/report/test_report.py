@@ -472,6 +472,23 @@ def test_ltx2_adapter_writes_only_the_winning_knobs(tmp_path: Path, ltx2_fixture
     assert report["command"] and str(written) in report["command"]
 
 
+@pytest.mark.parametrize("trainer_printed_a_peak", [True, False])
+def test_the_trainers_peak_note_only_where_the_winner_has_the_trainers_peak(
+    tmp_path: Path, ltx2_fixtures: Path, trainer_printed_a_peak: bool
+) -> None:
+    """LTX-2's note on how its 'Peak GPU memory' is taken explains a figure beside ours; on CPU the
+    trainer prints 0.00 GB, read as no figure, and the note would explain nothing."""
+    baseline = ltx2_fixtures / "t2v_lora_low_vram.yaml"
+    _, study = build_study(
+        tmp_path, trainer="ltx2", baseline_config=baseline, base_gas=1, trainer_peaks=trainer_printed_a_peak
+    )
+    rep.write_reports(study, tmp_path)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["best"].get("trainer_peak_vram_gb") is not None) is trainer_printed_a_peak
+    md = (tmp_path / "report.md").read_text()
+    assert ("'Peak GPU memory') is device-wide" in md) is trainer_printed_a_peak, md
+
+
 # --- HTML in a real browser ------------------------------------------------------------------------
 
 

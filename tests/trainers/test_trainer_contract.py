@@ -232,7 +232,8 @@ def test_hooks_say_what_the_branches_said() -> None:
     assert having("plan_baselines") == ["ltx2", "reference"]
     assert having("bundled_baselines") == having("config_sections") == ["reference"]
     assert having("loads_model_paths") == having("needs_tier_gate") == ["ltx2"]
-    assert having("report_notes") == ["ai-toolkit", "diffusion-pipe", "ltx2"]
+    assert having("report_notes") == ["ai-toolkit", "diffusion-pipe"]
+    assert having("peak_note") == ["ltx2"]
     assert having("single_device") == having("emulates_vram") == ["reference"]
     assert {n: adapter_class(n).traits.config_suffix for n in adapter_names()} == {
         "ai-toolkit": ".yaml",

@@ -103,10 +103,10 @@ class Ltx2Adapter(TrainerAdapter):
         tiered=True,
         needs_tier_gate=True,
         takes_hook=True,
-        report_notes=(
+        peak_note=(
             "The LTX-2 trainer's own peak ('Peak GPU memory') is device-wide nvidia-smi memory, sampled "
             "only at a few points (start, first step, every 200 steps, end) and including other "
-            "processes; autotune's own measure is shown beside it.",
+            "processes; autotune's own measure is shown beside it."
         ),
         speed_note=(
             "its Time/Step times ONE micro-step (the one that runs the optimizer step) and multiplies it "

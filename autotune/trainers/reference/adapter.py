@@ -46,7 +46,7 @@ class ReferenceAdapter(Ltx2Adapter):
         longer_input="a longer clip in the data",
         needs_tier_gate=False,  # any card: it is the demo
         emulates_vram=True,
-        report_notes=(),  # it reports torch's own peak, not nvidia-smi's
+        peak_note="",  # it reports torch's own peak, not nvidia-smi's
         validates_in_trials=False,  # its baselines sample no validation videos
     )
     times_from_step_lines: ClassVar[bool] = False  # its metrics file times every step
