@@ -14,6 +14,7 @@ from typing import Any
 
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
+from tomlkit.items import String, StringType
 from tomlkit.toml_document import TOMLDocument
 
 from autotune.core.yamltext import check_config_size
@@ -77,7 +78,7 @@ class TomlConfig:
             if last in node:
                 del node[last]
         else:
-            node[last] = value
+            node[last] = _styled_like(node.get(last), value)
         got = self.get(dotted)
         if got != value and not (value is None and got is None):
             raise ConfigEditError(f"{self.source}: setting {dotted} = {value!r} read back {got!r}")
@@ -90,3 +91,15 @@ class TomlConfig:
                 return []
             node = node[part]
         return list(node) if isinstance(node, list) else []
+
+
+def _styled_like(old: Any, value: Any) -> Any:
+    """``value`` as a string in the quoting the key had (``'literal'`` stays literal where it can):
+    the user's file keeps its own style, and the text does not depend on tomlkit's version (0.15.3
+    keeps a replaced string's style, 0.15.2 wrote every new one in double quotes)."""
+    if not isinstance(value, str):
+        return value
+    literal = isinstance(old, String) and old.type == StringType.SLL
+    if literal and ("'" in value or "\n" in value or any(ord(ch) < 32 for ch in value)):
+        literal = False  # a literal string cannot hold these
+    return tomlkit.string(value, literal=literal)

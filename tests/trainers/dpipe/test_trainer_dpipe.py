@@ -289,14 +289,14 @@ def test_render_sets_knobs_and_recipe_and_nothing_else(tmp_path: Path) -> None:
         "blocks_to_swap = 32",
         "transformer_dtype = 'float8'",
     }
-    assert new == {
-        f'output_dir = "{trial.resolve()}/output"',
-        f'dataset = "{trial.resolve()}/dataset.toml"',
+    assert new == {  # each in the quoting the user's file had (literal here)
+        f"output_dir = '{trial.resolve()}/output'",
+        f"dataset = '{trial.resolve()}/dataset.toml'",
         "micro_batch_size_per_gpu = 3",
         "gradient_accumulation_steps = 2",
         "eval_before_first_step = false",
         "blocks_to_swap = 36",
-        'transformer_dtype = "bfloat16"',
+        "transformer_dtype = 'bfloat16'",
         "max_steps = 9",
         "save_every_n_steps = 9",
     }
@@ -344,7 +344,7 @@ def test_final_config_changes_only_the_knobs(tmp_path: Path) -> None:
     assert gone == {"micro_batch_size_per_gpu = 1", "gradient_accumulation_steps = 1", "blocks_to_swap = 32",
                     "activation_checkpointing = 'unsloth'   # offloads to RAM", "type = 'AdamW8bitKahan'"}  # fmt: skip
     assert new == {"micro_batch_size_per_gpu = 4", "gradient_accumulation_steps = 2",
-                   "activation_checkpointing = true   # offloads to RAM", 'type = "adamw_optimi"'}  # fmt: skip
+                   "activation_checkpointing = true   # offloads to RAM", "type = 'adamw_optimi'"}  # fmt: skip
     command = adapter.training_command(tmp_path / "best.toml", Winner(baseline=baseline))
     assert command == (
         f"cd {FAKE_DIR.resolve()} && {sys.executable} -m deepspeed.launcher.runner --num_gpus=1 train.py "
