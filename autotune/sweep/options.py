@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.core.timing import MIN_STEADY_STEPS
+
 #: Default fraction of the card kept free. Why 10 %: a short trial sees neither
 #: validation nor checkpoint saving nor the slow growth of fragmentation (an A100
 #: 80 GB run of the LTX-2 trainer hit OOM only after 2000 steps), the trainer's own
@@ -29,10 +31,12 @@ DRAIN_TIMEOUT_S = 120.0
 
 # The demo: the built-in reference trainer on CPU with an emulated card, about a minute.
 DEMO_STUDY = "demo"
-DEMO_STEPS = 12
+#: The fewest steps a trial can be timed in (``core.timing``: the warm-up takes half of a short run,
+#: and MIN_STEADY_STEPS must be left past it); fewer and every demo line said "too short to time".
+DEMO_STEPS = 2 * MIN_STEADY_STEPS
 DEMO_MAX_BATCH_SIZE = 4  # the search ends on its own (about 10 trials, two real OOMs, a batch-3 winner)
 DEMO_TRIAL_TIMEOUT_S = 120.0
-DEMO_STALL_TIMEOUT_S = 120.0  # the reference trainer prints every 20 steps: a 12-step trial only at its end
+DEMO_STALL_TIMEOUT_S = 120.0  # the reference trainer prints every 20 steps: a demo trial only at its end
 #: The demo is bounded by trials, never by seconds: on a loaded host a time budget cut it to 4 trials
 #: with no OOM and a flattering speed-up. Its OOMs come after its knob relaxations (by trial 16 in
 #: every run on this loaded 2-core box); its search ends on its own in about 10 on a quiet host,
