@@ -202,6 +202,7 @@ def _run(spec: LaunchSpec) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.process
+@pytest.mark.untimed
 def test_the_readme_launcher_trains_through_the_sana_adapter(tmp_path: Path) -> None:
     adapter = get_adapter("sana", hook=False)
     baseline = adapter.load_baseline(_readme_launcher(tmp_path, extra="--step_sleep=0.02 \\\n  "))

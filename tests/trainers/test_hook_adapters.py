@@ -107,6 +107,7 @@ def test_no_hook_is_a_sweep_option_stored_for_workers_and_resumes(tmp_path: Path
 
 @pytest.mark.torch
 @pytest.mark.process
+@pytest.mark.untimed
 @pytest.mark.parametrize("hook", [True, False])
 def test_a_real_script_is_credited_its_real_batch(tmp_path: Path, hook: bool) -> None:
     """6 items at batch 8: every step trains on 6 samples. With the hook, samples/s is 6 per step

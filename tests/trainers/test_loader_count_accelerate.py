@@ -21,7 +21,7 @@ from autotune.trainers.kit.readers.hookfile import load_event, read_hook_file
 from tests.helpers import FAKES
 
 pytest.importorskip("accelerate")
-pytestmark = [pytest.mark.torch, pytest.mark.process]
+pytestmark = [pytest.mark.torch, pytest.mark.process, pytest.mark.untimed]  # untimed: counts, on two workers
 
 
 def _run(tmp: Path, batch: int, ga: int, steps: int, size: int) -> tuple[list[int], Path]:

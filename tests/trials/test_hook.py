@@ -18,7 +18,7 @@ HOOK_DIR = REPO / "trials" / "hook"
 SCRIPT = FAKES / "plain_torch_train.py"
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.untimed]  # untimed: scripts/test.sh runs it on two workers
 
 
 def train(

@@ -23,7 +23,7 @@ SCRIPT = FAKES / "host_data_train.py"
 MIB = 2**20
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.untimed]  # untimed: scripts/test.sh runs it on two workers
 
 MODEL_BYTES = 4 * (256 * 64 + 64 + 64 * 10 + 10)
 

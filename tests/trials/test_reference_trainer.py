@@ -19,7 +19,7 @@ from tests.helpers import REPO
 from trials.reference.config import DataShape, ModelShape, TrainConfig, parse_config
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.untimed]  # untimed: scripts/test.sh runs it on two workers
 
 from trials.reference.memory import EmulatedCard, format_size  # noqa: E402
 from trials.reference.train import run, statistics_block, step_line  # noqa: E402

@@ -22,7 +22,7 @@ from autotune.trainers.ltx2.latents import LatentShape, latent_shape
 from autotune.trainers.ltx2.view import VIEW_DIR, build_view, read_buckets
 from tests.helpers import FAKES
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.untimed]  # untimed: scripts/test.sh runs it on two workers
 
 SMALL, LARGE = (4, 16, 16), (13, 16, 28)  # latent frames x height x width
 
