@@ -245,11 +245,11 @@ class SpeedBounds:
                         if other in grid:
                             nb[c].append((other, ratio))
             if space.batch_knob is not None:
-                b = space.batch(c)
+                b = self.grid.batch(c)
                 smaller = [x for x in self.grid.batches if x < b]
-                if smaller:
-                    other = space.with_batch(space.family(c), smaller[-1])
-                    if other in grid:  # step time never falls with batch: sps(b) <= sps(b') * b / b'
-                        nb[c].append((other, b / smaller[-1]))
+                if smaller:  # the grid's own candidate of c's family there (looked up, not rebuilt)
+                    below = self.grid.at(self.grid.family(c), smaller[-1])
+                    if below is not None:  # step time never falls with batch: sps(b) <= sps(b') * b / b'
+                        nb[c].append((below, b / smaller[-1]))
         self._nb = nb
         return nb
