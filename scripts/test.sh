@@ -29,8 +29,9 @@ if [ "$#" -gt 0 ]; then
 else
   run -n 2 --durations=10
   marked="process or torch or postgres or browser or soak or demo"
-  # Marked "untimed" (they time nothing and read no host load: one script or in-process torch,
-  # checked for counts, bytes, losses, exits): these may share the host, two workers at once.
+  # Marked "untimed" (what they check depends on neither the clock nor the host's load: one script
+  # or in-process torch checked for counts, bytes, losses, exits; sweeps over fakes whose step
+  # times, peaks and OOMs are modelled): these may share the host, two workers at once.
   run -n 2 -m "($marked) and untimed" --durations=10
   run -m "($marked) and not untimed" --durations=25
   # The real tier: the real trainers, unmodified, from the checkouts these variables name

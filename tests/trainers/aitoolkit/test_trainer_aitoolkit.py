@@ -490,6 +490,7 @@ def _expected_winner(low_vram: bool, headroom: float) -> tuple[dict[str, Any], f
 
 
 @pytest.mark.process
+@pytest.mark.untimed  # the fake's step times and peaks are modelled: load moves no figure
 def test_a_sweep_through_the_fake_finds_the_offload_sweet_spot(tmp_path: Path) -> None:
     from autotune.sweep.api import run_sweep
     from autotune.sweep.options import SweepOptions
