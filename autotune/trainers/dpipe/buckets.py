@@ -206,16 +206,19 @@ def volume(key: Key) -> float:
     return key[1] * key[1] * key[2]
 
 
+def _biggest(keys: Iterable[Key]) -> Key | None:
+    """The bucket of the largest ``volume``, the longer clip on a tie (``data.largest_bucket``'s rule)."""
+    return max(keys, key=lambda k: (volume(k), k[2]), default=None)
+
+
 def largest_kept(layout: Layout, batch: Batch) -> Key | None:
     """The largest bucket the trainer still trains at ``batch`` (what sets the full run's peak)."""
-    kept = [k for k, n in layout.samples.items() if n >= batch.of(k)]
-    return max(kept, key=lambda k: (volume(k), k[2]), default=None)
+    return _biggest(k for k, n in layout.samples.items() if n >= batch.of(k))
 
 
 def largest(layout: Layout) -> Key | None:
     """The largest bucket any clip lands in, before the global batch cuts any."""
-    held = [k for k, n in layout.samples.items() if n > 0]
-    return max(held, key=lambda k: (volume(k), k[2]), default=None)
+    return _biggest(k for k, n in layout.samples.items() if n > 0)
 
 
 def label(key: Key) -> str:
