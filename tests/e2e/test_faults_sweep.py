@@ -418,7 +418,8 @@ def test_a_full_disk_under_the_database_is_a_clear_error_the_study_intact_and_re
 ) -> None:
     """The whole workdir on a tiny disk: the trial's log fills it, and then the database cannot
     record the trial either. Exit 1 naming the disk and that the study is intact (not "internal
-    error: OperationalError ... disk is full"); ``status`` says the run stopped unrecorded; once
+    error: OperationalError ... disk is full"); ``status`` says the run stopped on a full disk
+    (or, when not even that reason fit, that it stopped unrecorded); once
     there is room the same command resumes and runs that trial again."""
     workdir = tmp_path / "runs"
     env = _env(SOAK_PRINT_KB="150")
@@ -437,7 +438,13 @@ def test_a_full_disk_under_the_database_is_a_clear_error_the_study_intact_and_re
         assert _integrity(db) == "ok"
         status = _run([sys.executable, "-m", "autotune", "status", "--workdir", str(workdir)], tmp_path)
         assert status.returncode == 0, status.stderr
-        assert "last run stopped: before it finished" in status.stdout, status.stdout
+        # Whether the stop reason itself still fits depends on the bytes the trial's log left:
+        # either the reason names the full disk, or status says the run stopped unrecorded.
+        stopped = [line for line in status.stdout.splitlines() if "last run stopped: " in line]
+        assert len(stopped) == 1, status.stdout
+        assert "before it finished" in stopped[0] or (
+            "is full" in stopped[0] and "run the same command again" in stopped[0]
+        ), status.stdout
         done_before = sum(t["state"] == "COMPLETE" for t in _trials(db))
         assert done_before >= 1
 
