@@ -136,7 +136,7 @@ def data_warnings(report: Report) -> list[str]:
         adapter = adapter_for(report)
     except AutotuneError:
         return []
-    if type(adapter).data_warnings is TrainerAdapter.data_warnings:
+    if not adapter.traits.drops_data:
         return []  # a trainer that drops nothing: its baseline is not read again
     baseline = _baseline_or_none(adapter, report.config_path)
     if baseline is None:

@@ -98,6 +98,9 @@ class TrainerTraits:
     takes_trainer_python: bool = False
     #: Trials run the baseline's validation pass (``--no-validation-in-trials`` turns it off).
     validates_in_trials: bool = False
+    #: The full run may drop some of the user's data at a batch (``data_warnings`` says what), so
+    #: the report reads the baseline again to ask; the others drop nothing.
+    drops_data: bool = False
 
 
 def read_baseline(

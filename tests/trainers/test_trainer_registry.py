@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli.parser import build_parser
-from autotune.trainers import adapter_class, adapter_names, registry
+from autotune.trainers import TrainerAdapter, adapter_class, adapter_names, registry
 from tests.helpers import REPO
 
 #: A trainer of one optimizer step per line that writes the metrics file ``--cmd`` trainers may write.
@@ -57,6 +57,16 @@ def test_every_entry_imports_the_adapter_of_its_name() -> None:
         assert registry.summary(name) and "\n" not in registry.summary(name)
         assert entry.plans == adapter_class(name).traits.plan_baselines, name  # plan --help tells the truth
     assert adapter_class(registry.CMD_TRAINER).traits.takes_template
+
+
+def test_a_trainer_that_says_what_its_full_run_drops_has_the_trait_the_report_asks() -> None:
+    """The report reads the baseline again only for ``drops_data`` trainers: one that overrides
+    ``data_warnings`` without the trait would never have its warnings shown."""
+    for name in adapter_names():
+        cls = adapter_class(name)
+        overrides = cls.data_warnings is not TrainerAdapter.data_warnings
+        assert overrides == cls.traits.drops_data, name
+    assert adapter_class("diffusion-pipe").traits.drops_data
 
 
 def _trainer_help(command: str) -> str:

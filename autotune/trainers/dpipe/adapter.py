@@ -88,6 +88,7 @@ class DiffusionPipeAdapter(TrainerAdapter):
     traits: ClassVar[TrainerTraits] = TrainerTraits(
         label="diffusion-pipe",
         takes_hook=True,
+        drops_data=True,
         takes_trainer_python=True,
         config_suffix=".toml",
         longer_input="a larger resolution or longer frame bucket in the data",
