@@ -118,6 +118,9 @@ class Report:
     #: baseline's, and (when not) the fidelity knobs' values it held back for that reason.
     extra_savers: bool = False
     held_back: dict[str, list[Any]] = field(default_factory=dict)
+    #: What ``report.winning`` read once for this report (the adapter, the baseline on disk or why
+    #: it could not be read): the launch command, the data warnings and the winning config share it.
+    on_disk: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def card_gb(self) -> float | None:

@@ -17,7 +17,20 @@ from autotune.trainers import Baseline, TrainerAdapter, Winner, get_adapter
 
 def adapter_for(report: Report) -> TrainerAdapter:
     """The sweep's adapter, rebuilt with the trainer options it ran with (e.g. ``trainer_dir``), and
-    run from the folder the trials ran in (``launch_cwd``), never from where ``report`` runs."""
+    run from the folder the trials ran in (``launch_cwd``), never from where ``report`` runs. Built
+    once per report (an error too: it raises again)."""
+    if "adapter" not in report.on_disk:
+        try:
+            report.on_disk["adapter"] = _build_adapter(report)
+        except AutotuneError as exc:
+            report.on_disk["adapter"] = exc
+    adapter = report.on_disk["adapter"]
+    if isinstance(adapter, AutotuneError):
+        raise adapter
+    return adapter
+
+
+def _build_adapter(report: Report) -> TrainerAdapter:
     options = dict(report.trainer_options)  # values, as ``store.settings.read_settings`` gives them
     if report.launch_cwd and "cwd" not in options:
         try:
@@ -59,7 +72,7 @@ def add_command(
         )
     winner = Winner(
         # Flag-driven trainers and those that read the trainer dir from the config want the whole picture.
-        baseline=_baseline_or_none(adapter, report.config_path) if report.config_path else None,
+        baseline=_baseline_or_none(report) if report.config_path else None,
         params=report.best.params,
         gradient_accumulation_steps=best_gas(report),
         steps=report.full_steps,
@@ -72,10 +85,10 @@ def add_command(
         report.warnings.append(f"No launch command: {exc}")
 
 
-def _baseline_or_none(adapter: TrainerAdapter, config_path: str | None) -> Baseline | None:
+def _baseline_or_none(report: Report) -> Baseline | None:
     """The baseline as it is on disk now; ``None`` when it cannot be read (moved, edited since)."""
     try:
-        return adapter.load_baseline(Path(config_path) if config_path else None)
+        return load_baseline(report)[1]
     except (AutotuneError, OSError):
         return None
 
@@ -89,9 +102,18 @@ def best_gas(report: Report) -> int:
 
 
 def load_baseline(report: Report) -> tuple[TrainerAdapter, Baseline]:
-    """The adapter and the baseline config the sweep started from, as it is on disk now."""
+    """The adapter and the baseline config the sweep started from, as it is on disk now: read once
+    per report (why it could not be read too: it raises again)."""
     adapter = adapter_for(report)
-    baseline = adapter.load_baseline(Path(report.config_path) if report.config_path else None)
+    if "baseline" not in report.on_disk:
+        try:
+            path = Path(report.config_path) if report.config_path else None
+            report.on_disk["baseline"] = adapter.load_baseline(path)
+        except (AutotuneError, OSError) as exc:
+            report.on_disk["baseline"] = exc
+    baseline = report.on_disk["baseline"]
+    if isinstance(baseline, BaseException):
+        raise baseline
     return adapter, baseline
 
 
@@ -138,7 +160,7 @@ def data_warnings(report: Report) -> list[str]:
         return []
     if not adapter.traits.drops_data:
         return []  # a trainer that drops nothing: its baseline is not read again
-    baseline = _baseline_or_none(adapter, report.config_path)
+    baseline = _baseline_or_none(report)
     if baseline is None:
         return []
     batch = best.params.get("batch_size", report.baseline_params.get("batch_size", 1))

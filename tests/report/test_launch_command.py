@@ -282,3 +282,34 @@ def test_a_resume_may_give_full_steps_and_launch_cwd_is_informational(tmp_path: 
         ]
         == 800
     )
+
+
+def test_a_report_reads_the_baseline_config_once(
+    stored: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launch command and the winning config both need the baseline on disk: one read."""
+    from autotune.report import build as rep
+    from autotune.trainers.command.adapter import CommandAdapter
+    from tests.report_study import clone_study
+
+    config = tmp_path / "base.yaml"
+    config.write_text(yaml.safe_dump({"optimization": {"steps": 300}}))
+    settings = {
+        "trainer_options": {"template": "train --bs {batch_size} --max_iters={steps}"},
+        "launch_cwd": str(tmp_path),
+        "config_path": str(config),
+    }
+    url, _ = clone_study(stored, tmp_path / "runs", settings=settings)
+    reads: list[Path | None] = []
+    original = CommandAdapter.load_baseline
+
+    def counted(self: CommandAdapter, path: Path | None) -> Any:
+        reads.append(path)
+        return original(self, path)
+
+    monkeypatch.setattr(CommandAdapter, "load_baseline", counted)
+    report = rep.build_report(rep.open_study(url, None))
+    text = rep.winning_config(report)
+    assert report.command is not None and "--max_iters=300" in report.command
+    assert "steps: 300" in text
+    assert reads == [config]
