@@ -37,6 +37,8 @@ class TrialMetrics:
     trainer_samples_per_s: float | None = None
     samples_per_step: float | None = None
     timed_by: str | None = None  # the reading whose step times decided the speed: "hook", "trainer"
+    #: How the steps were timed when it is not the usual way (the hook timing backward() calls).
+    timing_note: str | None = None
     losses: list[float] = field(default_factory=list)
     #: Optimizer steps the trial really ran (a script that cannot take ``{steps}`` runs its own length).
     steps_run: int | None = None
@@ -68,7 +70,7 @@ def effective_batch(batch_size: int, gradient_accumulation_steps: int, data_para
 
 
 #: Fields that travel with ``step_time_s`` in a merge: they describe the same series of steps.
-_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s", "steady_steps")
+_WITH_STEP_TIME = ("step_time_s", "step_time_spread_s", "step_times_s", "steady_steps", "timing_note")
 
 
 def merge_metrics(*readings: TrialMetrics) -> TrialMetrics:

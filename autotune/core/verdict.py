@@ -217,12 +217,12 @@ def measured_attrs(
         if isinstance(count, int) and count >= 0:
             attrs[key] = count
     if (
-        attrs["outcome"] == Outcome.OK.value  # not one the nothing-measured rule made a crash
-        and sps is not None
-        and metrics.steady_steps is not None
-        and (short := too_short_text(metrics.steady_steps, metrics.steps_run)) is not None
-    ):
-        attrs.update(TrialRecord.attrs_of(reason=f"{reason}; {short}" if reason else short))
+        attrs["outcome"] == Outcome.OK.value and sps is not None
+    ):  # not one the nothing-measured rule made a crash
+        steady = metrics.steady_steps
+        short = too_short_text(steady, metrics.steps_run) if steady is not None else None
+        if notes := [n for n in (reason, metrics.timing_note, short) if n]:
+            attrs.update(TrialRecord.attrs_of(reason="; ".join(notes)))
     if sps is not None and "step_time_spread_s" not in attrs:
         attrs.update(TrialRecord.attrs_of(spread_unknown=True))  # one figure: its noise is not invented
     if peak is not None:

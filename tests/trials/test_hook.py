@@ -187,6 +187,57 @@ def test_without_a_data_loader_samples_are_null(tmp_path: Path) -> None:
     assert [r["samples"] for r in events(hook_file) if r["event"] == "step"] == [None, None]
 
 
+# --- backward events: timing a script that steps no optimizer ----------------------------------
+
+MANUAL_SGD = FAKES / "manual_sgd_lm.py"  # word_language_model's loop: weights moved by hand
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_with_an_optimizer_only_the_first_accumulations_backwards_are_written(
+    tmp_path: Path, accumulate: int
+) -> None:
+    proc, hook_file = run_hooked(
+        tmp_path, "4", "--data", "24", "--batch", "4", "--accumulate", str(accumulate)
+    )
+    assert proc.returncode == 0, proc.stderr
+    kinds = [r["event"] for r in events(hook_file)]
+    assert kinds[:accumulate] == ["backward"] * accumulate  # then the first step, and none after
+    assert kinds.count("backward") == accumulate and kinds.count("step") == 4
+    assert [r["samples"] for r in events(hook_file) if r["event"] == "step"] == [4 * accumulate] * 4
+    printed = [float(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("step")]
+    recorded = [r["loss"] for r in events(hook_file) if r["event"] == "step"]
+    assert recorded == pytest.approx(printed, rel=1e-5)  # the step's loss is still its last backward's
+
+
+def _run_manual(tmp_path: Path, *args: str) -> tuple[Any, Path]:
+    hook_file = tmp_path / "hook.jsonl"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
+    base.update({"PYTHONPATH": str(HOOK_DIR), "AUTOTUNE_HOOK_FILE": str(hook_file)})
+    proc = subprocess.run(
+        [sys.executable, str(MANUAL_SGD), "--batch_size", "4", "--tokens", "1200", *args],
+        capture_output=True, text=True, env=base, timeout=120, check=False,
+    )  # fmt: skip
+    return proc, hook_file
+
+
+def test_a_script_that_updates_weights_by_hand_writes_a_backward_per_batch(tmp_path: Path) -> None:
+    proc, hook_file = _run_manual(tmp_path, "--log-interval", "1")
+    assert proc.returncode == 0, proc.stderr
+    records = events(hook_file)
+    backwards = [r for r in records if r["event"] == "backward"]
+    printed = [
+        float(line.split("| loss")[1].split()[0]) for line in proc.stdout.splitlines() if "ms/batch" in line
+    ]
+    assert len(backwards) == len(printed) + 1 > 10  # batch 0 prints no line (main.py:198)
+    assert [r["backward"] for r in backwards] == list(range(1, len(backwards) + 1))
+    assert all(r["step_time_s"] > 0 and r["samples"] is None for r in backwards)
+    losses = [r["loss"] for r in backwards]
+    # The first line sums batches 0 and 1 over an interval of 1 (main.py:167, 199); '{:5.2f}' rounds.
+    assert printed[0] == pytest.approx(losses[0] + losses[1], abs=0.006)
+    assert losses[2:] == pytest.approx(printed[1:], abs=0.006)
+    assert not [r for r in records if r["event"] == "step"] and records[-1]["steps"] == 0
+
+
 def _model_bytes(hidden: int) -> int:
     """The fake's two linear layers, fp32: weights, biases."""
     return 4 * (16 * hidden + hidden + hidden + 1)

@@ -11,6 +11,12 @@ then registers torch's global optimizer step post-hook and appends JSON lines to
      called on since the previous step; a non-finite one wins>|null, "samples": <what the data
      loaders yielded since the previous step>|null, "counted": <the emulated card counted this
      step>, "pid": p}
+    {"event": "backward", "backward": n, "t": ..., "step_time_s": <since the previous backward(),
+     or since torch was imported>, same memory fields, "loss": <the scalar this backward() was
+     called on>|null, "samples": <yielded since the previous backward()>|null, "counted": ...,
+     "pid": p}: only while no optimizer step has happened in the process (a script that updates
+     its weights by hand, ``p.data.add_(p.grad, alpha=-lr)``, is timed at its backward() calls; one
+     with an optimizer writes at most its first accumulation's backwards)
     {"event": "card", "mode": "counted"|"capped"|"none", "vram_gb": N, "note": "...", "pid": p}
     {"event": "exit", "steps": n, "t": ..., same memory fields, "loss": ..., "pid": p,
      "exception": "..."|null}
@@ -21,6 +27,10 @@ then registers torch's global optimizer step post-hook and appends JSON lines to
   card's counted peak (both fields); else null.
 - Loss: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped to keep the scalar
   it is called on; it is read at the step (after the synchronize: no extra stall).
+- Backward events: a script that steps no ``torch.optim`` optimizer (it updates its weights by hand)
+  leaves no step line; until the process's first optimizer step, each ``backward()`` call writes
+  one (before it runs: the interval is one whole iteration, its forward included). The emulated
+  card stops counting only at optimizer steps, so such a script's iterations are all counted.
 - Samples: every ``DataLoader`` iterator's batch is measured as it is yielded (the leading dimension
   of its first tensor, else the length of a list batch), so a partial batch counts as partial and
   micro-batches of gradient accumulation add up.
@@ -91,11 +101,15 @@ class _Recorder:
         self.time = time
         self.steps = 0
         self.last = time.perf_counter()
+        self.last_backward = self.last  # the clock of the backward events (a step's is its own)
         self.exception: str | None = None
         self.enabled = True
         self.pending_losses: list = []  # detached 0-dim tensors, read at the step
         self.samples = 0
         self.loader_seen = False
+        self.backwards = 0  # backward() calls seen before the first optimizer step
+        self.backward_samples = 0  # self.samples at the previous backward event
+        self.bad_loss = None  # the first non-finite loss a backward event read, kept for the step
         self.card = None  # the emulated card on CPU, while it counts
         self.card_peak = None  # its peak once it stopped counting
         self.card_undo = None  # removes the card's module and optimizer hooks
@@ -174,8 +188,44 @@ class _Recorder:
             _debug(f"step hook disabled: {exc!r}")
 
     def on_backward(self, tensors: object) -> None:
-        if self.enabled and isinstance(tensors, self.torch.Tensor) and tensors.dim() == 0:
-            self.pending_losses.append(tensors.detach())
+        if not self.enabled:
+            return
+        loss = tensors.detach() if isinstance(tensors, self.torch.Tensor) and tensors.dim() == 0 else None
+        if loss is not None:
+            self.pending_losses.append(loss)
+        if self.steps == 0:  # no optimizer has stepped: this backward() is what can be timed
+            try:
+                self._backward_event(loss)
+            except Exception as exc:
+                self.enabled = False
+                _debug(f"backward hook disabled: {exc!r}")
+
+    def _backward_event(self, loss) -> None:
+        """One ``backward`` line: the time since the previous backward() (one whole iteration of a
+        script that updates its weights by hand), the memory, this call's loss."""
+        if self._cuda_in_use():
+            self.torch.cuda.synchronize()
+        now = self.time.perf_counter()
+        self.backwards += 1
+        value = float(loss) if loss is not None else None
+        if value is not None and (value != value or value in (float("inf"), float("-inf"))):
+            self.bad_loss = self.bad_loss if self.bad_loss is not None else loss
+        # Read now: keep only what the first step's loss needs (a non-finite one wins, else the last).
+        self.pending_losses = [t for t in (self.bad_loss, loss) if t is not None]
+        record: dict[str, object] = {
+            "event": "backward",
+            "backward": self.backwards,
+            "t": self.time.time(),
+            "step_time_s": now - self.last_backward,
+        }
+        record.update(self._memory())
+        record["loss"] = value
+        record["samples"] = self.samples - self.backward_samples if self.loader_seen else None
+        record["counted"] = self.card is not None
+        record["pid"] = os.getpid()
+        self.backward_samples = self.samples
+        self._write(record)
+        self.last_backward = self.time.perf_counter()
 
     def on_batch(self, batch: object) -> None:
         if not self.enabled:

@@ -15,7 +15,8 @@ named by ``config_keys`` (by default LTX-2's keys when the file has an
 ``optimization:`` section), or, with no baseline config, a flat YAML of the params.
 Metrics: ``AUTOTUNE_METRICS_FILE`` first, then the LTX-2 statistics block and Step lines, the
 hook, and the formats trainers print (``readers.chain``: Hugging Face ``Trainer`` log dicts,
-``iter N: loss X, time Yms`` lines, the training tqdm bar, Lightning's bar).
+``iter N: loss X, time Yms`` lines, pytorch/examples' ``| ms/batch N |`` lines, the training tqdm
+bar, Lightning's bar).
 
 Knobs: only those the command receives are swept (``knobs_in_play``): a ``{placeholder}`` of
 the template, or a key the ``{config}`` file holds. Knobs declared with ``--knob NAME=...``

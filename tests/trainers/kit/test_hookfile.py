@@ -231,3 +231,50 @@ def test_steps_the_emulated_card_counted_are_left_out_of_the_step_time(tmp_path:
     assert metrics.step_time_s == 1.0 and len(metrics.step_times_s) == 9
     only_counted = [_step(i, 2.0, counted=True) for i in range(1, 4)]
     assert read_hook_file(_write(tmp_path, only_counted)).step_time_s == 2.0  # all there is
+
+
+# --- backward events: a script that updates its weights by hand (no torch.optim optimizer) -------
+
+
+def _backward(n: int, t: float, **extra: object) -> str:
+    record = {"event": "backward", "backward": n, "step_time_s": t, "max_memory_reserved_gb": 1.0}
+    return json.dumps({**record, "loss": 5.0 - n / 10, "samples": None, "pid": 7, **extra})
+
+
+def test_without_steps_the_backward_calls_are_the_steps_less_the_start_up(tmp_path: Path) -> None:
+    # backward 1's interval is import torch -> first backward (start-up): never a step.
+    lines = [_backward(1, 9.0)] + [_backward(i, 3.0 if i < 5 else 1.0) for i in range(2, 40)]
+    lines.append(json.dumps({"event": "exit", "steps": 0, "loss": 1.1, "pid": 7}))
+    metrics = read_hook_file(_write(tmp_path, lines))
+    assert metrics.steps_run == 39 and len(metrics.step_times_s) == 38  # 39 updates, 38 intervals
+    assert 9.0 not in metrics.step_times_s
+    assert metrics.step_time_s == pytest.approx(1.0)  # the 3 s ones sit in the warm-up window
+    assert metrics.steady_steps == 38 - warmup_count(38)
+    assert metrics.timing_note is not None and "backward()" in metrics.timing_note
+    assert metrics.losses == pytest.approx([5.0 - n / 10 for n in range(1, 40)])  # not the exit's repeat
+    assert metrics.measured_peak_vram_gb == 1.0
+
+
+def test_a_single_backward_is_no_step(tmp_path: Path) -> None:
+    metrics = read_hook_file(_write(tmp_path, [_backward(1, 9.0)]))
+    assert metrics.step_time_s is None and not metrics.measured and metrics.steps_run == 1
+
+
+def test_with_optimizer_steps_the_backward_events_are_not_steps(tmp_path: Path) -> None:
+    # Accumulation 4: four backward lines before the first step, then steps only.
+    lines = [_backward(i, 0.1, loss=99.0) for i in range(1, 5)]
+    lines += [_step(i, 2.0, loss=1.0) for i in range(1, 11)]
+    metrics = read_hook_file(_write(tmp_path, lines))
+    assert metrics.step_times_s == [2.0] * 10 and metrics.steps_run == 10
+    assert metrics.timing_note is None
+    assert metrics.losses == [1.0] * 10
+
+
+def test_backward_samples_are_per_backward(tmp_path: Path) -> None:
+    lines = [_backward(i, 0.5, samples=4) for i in range(1, 12)]
+    assert read_hook_file(_write(tmp_path, lines)).samples_per_step == pytest.approx(4.0)
+
+
+def test_a_nan_loss_at_a_backward_is_nan(tmp_path: Path) -> None:
+    lines = [_backward(1, 1.0), _backward(2, 1.0), _backward(3, 1.0, loss=float("nan"))]
+    assert read_hook_file(_write(tmp_path, lines)).nan_loss

@@ -2,4 +2,4 @@
 LTX-2 trainer's Step lines and statistics block), ``hookfile`` (the trial-side hook's JSON lines),
 ``metricsfile`` (``AUTOTUNE_METRICS_FILE``), and the printed formats ``chain`` tries in order:
 ``hftrainer`` (Hugging Face ``Trainer``'s log dicts), ``iterlog`` (``iter N: loss X, time Yms``),
-``tqdmbar`` (the training tqdm bar; Lightning's ``Epoch N`` bar)."""
+``msbatch`` (pytorch/examples' ``| ms/batch N |`` lines), ``tqdmbar`` (the training tqdm bar; Lightning's ``Epoch N`` bar)."""

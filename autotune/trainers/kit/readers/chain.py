@@ -2,7 +2,8 @@
 
 After the metrics file, the hook and LTX-2's ``Step`` lines (read by the adapter, which
 knows the batch): Hugging Face ``Trainer``'s log dicts, ``iter N: loss X, time Yms``-style
-lines, the training tqdm bar, Lightning's ``Epoch N`` bar. Each reading that found
+lines, pytorch/examples' ``| ms/batch N |`` lines (``msbatch``), the training tqdm bar,
+Lightning's ``Epoch N`` bar. Each reading that found
 something is returned; ``merge_metrics`` takes each field from the first that has it, and a
 non-finite loss from any of them.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from autotune.core.metrics import TrialMetrics
 from autotune.trainers.kit.readers.hftrainer import read_hf_trainer
 from autotune.trainers.kit.readers.iterlog import read_iter_lines
+from autotune.trainers.kit.readers.msbatch import read_ms_batch
 from autotune.trainers.kit.readers.tqdmbar import read_lightning, read_tqdm
 
 
@@ -20,6 +22,7 @@ def printed_readings(text: str, batches_per_step: int = 1) -> list[TrialMetrics]
     readings = [
         read_hf_trainer(text),
         read_iter_lines(text),
+        read_ms_batch(text),
         read_tqdm(text),
         read_lightning(text, batches_per_step),
     ]

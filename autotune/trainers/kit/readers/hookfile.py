@@ -9,6 +9,11 @@ torn last line, so the reader skips what it cannot parse and never raises. Under
 runner the hook signs every line and the runner keeps only the signed ones
 (``autotune.execution.hookseal``): what this reads is what the hook wrote.
 
+- Backward events (``{"event": "backward", "backward": n, ...}``, the same fields): the hook writes
+  them only until a process's first optimizer step. With no step line at all (a script that
+  updates its weights by hand, no ``torch.optim`` optimizer) they are the steps: each interval
+  between two ``backward()`` calls is one iteration; the first (from ``import torch`` to the first
+  backward) is no step and is dropped, and the reading says so (``timing_note``).
 - Step time: the steady state of one process's series (ranks step in lockstep), leaving out the
   steps the emulated card counted (its per-op bookkeeping is not the trainer's speed) when any
   others are left, as the reference trainer does.
@@ -38,7 +43,10 @@ from autotune.core.timing import steady_state, warmup_count
 from autotune.execution.hookseal import HOOK_FILE_NAME
 from autotune.execution.hookseal import MAX_BYTES as _MAX_BYTES  # a runaway file must not eat our memory
 
-__all__ = ["HOOK_FILE_NAME", "load_event", "read_hook_file"]
+__all__ = ["BACKWARD_NOTE", "HOOK_FILE_NAME", "load_event", "read_hook_file"]
+
+#: What a trial timed at its backward() calls says (its reason, in the report and status).
+BACKWARD_NOTE = "steps timed at backward(): the script steps no torch.optim optimizer"
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,11 @@ def read_hook_file(path: Path) -> TrialMetrics:
         return metrics
     text = data.decode("utf-8", errors="replace")
     steps: dict[int | str | None, list[_Step]] = {}
+    backwards: dict[int | str | None, list[_Step]] = {}
     peaks: list[float] = []
     counted_card = False
-    losses: list[tuple[int, float]] = []
+    losses: list[float] = []
+    backward_losses: list[float] = []
     for line in text.splitlines():
         event = load_event(line)
         if event is None:
@@ -71,20 +81,23 @@ def read_hook_file(path: Path) -> TrialMetrics:
             peak = gb_figure(event.get("max_memory_allocated_gb"))
         if peak is not None:
             peaks.append(peak)
+        kind = event.get("event")
         loss = _loss(event.get("loss"))
-        if loss is not None and event.get("event") in ("step", "exit"):
-            losses.append((len(losses), loss))
-        if event.get("event") == "card" and event.get("mode") == "counted":
+        if loss is not None and kind in ("step", "exit", "backward"):
+            (backward_losses if kind == "backward" else losses).append(loss)
+        if kind == "card" and event.get("mode") == "counted":
             counted_card = True
-        if event.get("event") == "step":
-            step_time = gb_figure(event.get("step_time_s"))
-            step = event.get("step")
-            if step_time is not None and isinstance(step, int) and _whole(step):
-                source = event.get("pid", event.get("rank"))
-                samples = event.get("samples")
-                steps.setdefault(source if isinstance(source, (int, str)) else None, []).append(
-                    _Step(step, step_time, samples if _whole(samples) else None, event.get("counted") is True)
-                )
+        if kind in ("step", "backward"):
+            _add_step(steps if kind == "step" else backwards, event, str(kind))
+    ran: int | None = None  # weight updates run, when they were backward() calls
+    if not any(steps.values()) and any(backwards.values()):
+        # No optimizer stepped: the backward() calls are the steps, less each process's first
+        # interval (import torch to its first backward: start-up, not a step).
+        ran = max(len(s) for s in backwards.values())
+        steps = {pid: sorted(s, key=lambda x: x.step)[1:] for pid, s in backwards.items()}
+        steps = {pid: s for pid, s in steps.items() if s}
+        losses = backward_losses  # the exit line repeats the last of them
+        metrics.timing_note = BACKWARD_NOTE
     if steps:
         # One process's series (the one with most steps): ranks step in lockstep.
         longest: list[_Step] = max(steps.values(), key=len)
@@ -95,11 +108,25 @@ def read_hook_file(path: Path) -> TrialMetrics:
         metrics.steps_run = len(series)
         metrics.steady_steps = len(times)
         metrics.samples_per_step = _samples_per_step(steps.values())
+    if ran is not None:
+        metrics.steps_run = ran  # every backward() was an update; one interval fewer is timed
     if peaks:
         metrics.measured_peak_vram_gb = max(peaks)
         metrics.measured_peak_covers_all = not counted_card
-    metrics.losses = [value for _, value in losses]
+    metrics.losses = losses
     return metrics
+
+
+def _add_step(into: dict[int | str | None, list[_Step]], event: dict[str, Any], kind: str) -> None:
+    """A step (or backward) line into its process's series; one without a usable time or number is skipped."""
+    step_time = gb_figure(event.get("step_time_s"))
+    step = event.get(kind)
+    if step_time is not None and isinstance(step, int) and _whole(step):
+        source = event.get("pid", event.get("rank"))
+        samples = event.get("samples")
+        into.setdefault(source if isinstance(source, (int, str)) else None, []).append(
+            _Step(step, step_time, samples if _whole(samples) else None, event.get("counted") is True)
+        )
 
 
 def _steady(series: list[_Step]) -> list[_Step]:
