@@ -230,6 +230,16 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "NAME (dotted for nested) in --config, which also gives the baseline's value (else the first)",
     )
     p.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --cmd: a value your command runs with today (repeatable), e.g. --baseline "
+        "batch_size=64 for a script whose BatchNorm needs more than one sample; the baseline runs "
+        "first with it and the sweep relaxes from there. A knob given neither here nor in --config "
+        "starts at its memory-saving end (batch: the smallest of --batch-sizes, else 1)",
+    )
+    p.add_argument(
         "--no-hook",
         dest="hook",
         action="store_false",
@@ -260,6 +270,7 @@ def sweep_options(args: argparse.Namespace) -> Any:
         options["launcher"] = [trainer_python(args.trainer_python, trainer)]
     if getattr(args, "no_validation_in_trials", False):
         options["trial_validation"] = no_trial_validation(trainer)
+    options.update(template_baseline(args, trainer))
     common: dict[str, Any] = {
         "config": args.config,
         "study": args.study,
@@ -289,6 +300,21 @@ def sweep_options(args: argparse.Namespace) -> Any:
     if trainer is None and args.config is None:
         return SweepOptions.demo_defaults(**common)
     return SweepOptions(trainer=trainer or "reference", **{k: v for k, v in common.items()})
+
+
+def template_baseline(args: argparse.Namespace, trainer: str | None) -> dict[str, Any]:
+    """``--baseline NAME=VALUE`` and ``--batch-sizes`` as the command adapter's options (``--cmd`` only)."""
+    from autotune.trainers import adapter_class, adapter_names
+    from autotune.trainers.command.template import baseline_options
+
+    given = list(getattr(args, "baseline", None) or [])
+    template = trainer in adapter_names() and adapter_class(trainer).traits.takes_template
+    if given and not template:
+        raise UsageError(
+            f"--baseline gives the values a --cmd command runs with; trainer {trainer!r} reads them from "
+            "its --config: drop --baseline, or write the value into the config"
+        )
+    return baseline_options(given, args.batch_sizes) if template else {}
 
 
 def no_trial_validation(trainer: str | None) -> bool:

@@ -113,6 +113,7 @@ class SearchLoop:
             # The study caches its trials until our own next write; other workers' trials show
             # up after a refresh: in ``propose`` (the decision) and after waiting (the limits).
             if (why := self.limit_reached()) is not None:
+                self.judge_unjudged_baseline()  # a limit hit by the baseline itself: its verdict first
                 return why
             step = self.scheduler.next_step(self.propose, self.say_reaped)
             if step is None:
@@ -185,6 +186,14 @@ class SearchLoop:
         self.check_baseline(trial)
         self.judged_baseline = trial.number
 
+    def judge_unjudged_baseline(self) -> None:
+        """A finished baseline not judged yet (``--max-trials 1``, a budget spent on it) is judged
+        now: a failed one stops the sweep with its diagnosis, not "the limit was reached"."""
+        study = self.scheduler.study
+        done = _finished_baseline(study.trials(), study.record)
+        if done is not None and self.judged_baseline != done.number:
+            self.judge_baseline(done)
+
     def limit_reached(self) -> str | None:
         """Why no further trial may start (None: go on); raises ``SweepInterrupted`` after a stop."""
         if self.stop.event.is_set():
@@ -232,11 +241,25 @@ class SearchLoop:
                 "Log: " + str(log)
             )
         write_reports(self.scheduler.study, self.plan.study_dir, self.progress)
-        hint = _BASELINE_HINTS.get(str(outcome), "see the log for why")
+        hint = _BASELINE_HINTS.get(str(outcome), "see the log for why") + self._start_values_hint(trial)
         raise BaselineFailedError(
             f"the baseline (trial {trial.number}) failed with outcome {outcome}: {reason}. "
             f"No relaxation can fix that, so the sweep stops here: {hint}; then start a new study "
             f"with --study NAME. Log: {log}"
+        )
+
+    def _start_values_hint(self, trial: FrozenTrial) -> str:
+        """A ``--cmd`` baseline that ran with autotune's starting values (no ``--baseline``, no
+        ``--config``) may have failed for them, not for the script: say how to give its own."""
+        plan = self.plan
+        if not plan.adapter.traits.takes_template or plan.opts.config is not None:
+            return ""
+        if "baseline" in (plan.settings.get("trainer_options") or {}):
+            return ""
+        return (
+            f" (it ran with autotune's starting values, {label(trial.params)}: if your script needs "
+            "others, e.g. a BatchNorm needs more than one sample per batch, give them with --baseline "
+            "NAME=VALUE, such as --baseline batch_size=16)"
         )
 
     def say_reaped(self, r: Reaped) -> None:

@@ -62,6 +62,23 @@ from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, T
 LTX2_CONFIG_KEYS = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY, "steps": STEPS_KEY}
 
 
+def _given_baseline(given: Any, known: Sequence[str]) -> dict[str, Any]:
+    """``--baseline NAME=VALUE`` values by name (parsed as ``--knob`` lists are: yes/no booleans,
+    whole numbers ints); a name that is no knob of the template's is a usage error."""
+    if not given:
+        return {}
+    if not isinstance(given, Mapping):
+        raise UsageError("baseline must map a knob name to its value")
+    names = [*known, "gradient_accumulation_steps"]
+    bad = sorted(set(given) - set(names))
+    if bad:
+        raise UsageError(
+            f"--baseline {bad[0]}=...: {bad[0]!r} is no knob of this sweep; known: {', '.join(names)} "
+            "(declare your own with --knob NAME=VALUES)"
+        )
+    return {str(k): v for k, v in given.items()}
+
+
 def _has_key(data: Any, key: str) -> bool:
     missing = object()
     return isinstance(data, Mapping) and get_dotted(data, key, missing) is not missing
@@ -74,7 +91,9 @@ class CommandAdapter(TrainerAdapter):
     losses, real batches, the ``--vram-gb`` card; default on), ``knobs`` (names declared with
     ``--knob``: placeholders too, and config keys where the baseline config has them), ``flags``
     (declared flag knobs -> the switch, e.g. ``{"ckpt": "--grad-checkpointing"}``: ``{ckpt}`` is it when
-    true and no argument at all when false)."""
+    true and no argument at all when false), ``baseline`` (``--baseline NAME=VALUE``: the values the
+    command runs with today, for knobs no config holds), ``default_batch`` (the baseline's batch
+    when neither gives one: the smallest of ``--batch-sizes``; else 1)."""
 
     name: ClassVar[str] = "command"
     knob_file: ClassVar[str] = "command.yaml"
@@ -85,11 +104,18 @@ class CommandAdapter(TrainerAdapter):
     )
 
     def __init__(self, **options: Any) -> None:
-        take_options(options, self.name, ("template", "cwd", "config_keys", "hook", "knobs", "flags"))
+        take_options(
+            options,
+            self.name,
+            ("template", "cwd", "config_keys", "hook", "knobs", "flags", "baseline", "default_batch"),
+        )
         self.command = CommandTemplate.read(
             options.get("template"), options.get("knobs"), options.get("flags")
         )
         self.declared = self.command.declared
+        self.given = _given_baseline(options.get("baseline"), (*KNOBS, *self.declared))
+        self.default_batch = options.get("default_batch") or 1
+        check_positive_int("default_batch", self.default_batch)
         # The cwd option wins (a report rebuilds the adapter with the folder the trials ran in).
         self.cwd = Path(options.get("cwd") or self.command.cwd or ".").expanduser().resolve()
         keys = options.get("config_keys")
@@ -121,9 +147,6 @@ class CommandAdapter(TrainerAdapter):
             raise ConfigError(f"{config}: expected a mapping at the top of the config")
         return Baseline(trainer=self.name, text=text, data=data, path=Path(config))
 
-    def knob_location(self, baseline: Baseline, param: str) -> str:
-        return f"{baseline.path or '<config>'}: {self._keys(baseline).get(param, param)}"
-
     def _keys(self, baseline: Baseline) -> dict[str, str]:
         """Param -> dotted config key the rendered ``{config}`` writes it to. A declared knob
         (``--knob NAME=...``) is written to key NAME only where the baseline config has it."""
@@ -150,11 +173,12 @@ class CommandAdapter(TrainerAdapter):
         return [n for n in names if n in used or n in via_config]
 
     def baseline_params(self, baseline: Baseline) -> dict[str, Any]:
-        """Values the baseline config holds under ``config_keys``; else the memory-saving end."""
+        """Values the baseline config holds under ``config_keys``, or ``--baseline`` gives (never
+        both for one knob); else the memory-saving end (batch ``default_batch``)."""
         out: dict[str, Any] = {
             "quantization": "int8-quanto",
             "optimizer": "adamw8bit",
-            "batch_size": 1,
+            "batch_size": self.default_batch,
             "gradient_checkpointing": True,
             "gradient_accumulation_steps": 1,
         }
@@ -163,8 +187,27 @@ class CommandAdapter(TrainerAdapter):
             value = get_dotted(baseline.data, key, missing)
             if param == "steps" or value is missing:
                 continue
+            if param in self.given:
+                raise UsageError(
+                    f"--baseline {param}={self.given[param]} and {baseline.path}: {key} both give the "
+                    f"baseline's {param}; keep one of them"
+                )
+            out[param] = to_study_value(value) if param in ("quantization", *self.declared) else value
+        unused = [n for n in self.given if n not in self.knobs_in_play(baseline, list(self.given))]
+        if unused:
+            raise UsageError(
+                f"--baseline {unused[0]}=...: the command never receives {unused[0]} (no {{{unused[0]}}} in "
+                "--cmd, no such key in its --config), so its baseline value would change nothing; drop it "
+                f"or put {{{unused[0]}}} where your script takes it"
+            )
+        for param, value in self.given.items():
             out[param] = to_study_value(value) if param in ("quantization", *self.declared) else value
         return out
+
+    def knob_location(self, baseline: Baseline, param: str) -> str:
+        if param in self.given:
+            return f"--baseline {param}"
+        return f"{baseline.path or '<config>'}: {self._keys(baseline).get(param, param)}"
 
     def _params(self, baseline: Baseline, params: Params, gradient_accumulation_steps: int) -> dict[str, Any]:
         check_params(params, (*KNOBS, *self.declared), self.name)

@@ -188,3 +188,24 @@ def read_template(template: str) -> tuple[list[str], dict[str, str], str | None]
         return shlex.split(template), {}, None
     except ValueError as exc:
         raise UsageError(f"cannot split the command template {template!r}: {exc}") from None
+
+
+def baseline_options(specs: Sequence[str], batch_sizes: Sequence[int] | None) -> dict[str, Any]:
+    """The adapter's ``baseline`` option from ``--baseline NAME=VALUE`` specs (values parsed as
+    ``--knob`` lists are), and ``default_batch``: the batch a baseline starts at when nothing gives
+    one, the smallest of ``--batch-sizes`` (which says "only these"), not 1."""
+    from autotune.core.knobflag import parse_value
+
+    values: dict[str, Any] = {}
+    for spec in specs:
+        name, eq, text = spec.partition("=")
+        name, text = name.strip(), text.strip()
+        if not eq or not name or not text:
+            raise UsageError(f"--baseline {spec!r}: write NAME=VALUE, e.g. --baseline batch_size=64")
+        if name in values:
+            raise UsageError(f"--baseline {name}=... is given twice; keep one")
+        values[name] = parse_value(text)
+    out: dict[str, Any] = {"baseline": values} if values else {}
+    if batch_sizes:
+        out["default_batch"] = min(batch_sizes)
+    return out
