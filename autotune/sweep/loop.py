@@ -252,7 +252,8 @@ class SearchLoop:
         """A ``--cmd`` baseline that ran with autotune's starting values (no ``--baseline``, no
         ``--config``) may have failed for them, not for the script: say how to give its own."""
         plan = self.plan
-        if not plan.adapter.traits.takes_template or plan.opts.config is not None:
+        crashed = TrialRecord.from_trial(trial).outcome == Outcome.CRASH.value
+        if not crashed or not plan.adapter.traits.takes_template or plan.opts.config is not None:
             return ""
         if "baseline" in (plan.settings.get("trainer_options") or {}):
             return ""

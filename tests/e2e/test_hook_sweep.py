@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from autotune.errors import BaselineFailedError
 from autotune.sweep.api import run_sweep
 from autotune.sweep.options import SweepOptions
 from tests.helpers import FAKES
@@ -96,5 +97,7 @@ def test_a_plain_script_sweeps_on_the_emulated_card(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_a_diverging_loss_is_caught_as_nan(tmp_path: Path) -> None:
-    trials, _ = _sweep(tmp_path, "--lr 1e9", max_trials=1)
+    with pytest.raises(BaselineFailedError, match="failed with outcome nan: loss went NaN"):
+        _sweep(tmp_path, "--lr 1e9", max_trials=1)  # judged although --max-trials is reached
+    trials = _attrs(tmp_path / "runs" / "studies.db")
     assert [t.get("outcome") for t in trials] == ["nan"]

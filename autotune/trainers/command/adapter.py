@@ -62,6 +62,19 @@ from autotune.trainers.values import NO_WINNER, Baseline, Params, TrialLaunch, T
 LTX2_CONFIG_KEYS = {**KNOB_KEYS, "gradient_accumulation_steps": GRAD_ACCUM_KEY, "steps": STEPS_KEY}
 
 
+#: Below this share of the batch the template gives, per optimizer step, what the data loaders
+#: yielded does not describe what the steps train.
+REUSED_SHARE = 0.5
+
+
+def reused_batches(counted_per_step: float | None, batch: float | None) -> bool:
+    """Whether a script steps again on batches it drew: its loaders yielded under half the batch it
+    was given per optimizer step (pytorch/examples' mnist_forward_forward draws one batch,
+    ``next(iter(train_loader))``, and trains two layers on it for every epoch: main.py:163, 52-56,
+    72-82 at 77f55b9). A partial last batch or a loader's look-ahead stays far above the line."""
+    return bool(counted_per_step is not None and batch and counted_per_step < REUSED_SHARE * batch)
+
+
 def _given_baseline(given: Any, known: Sequence[str]) -> dict[str, Any]:
     """``--baseline NAME=VALUE`` values by name (parsed as ``--knob`` lists are: yes/no booleans,
     whole numbers ints); a name that is no knob of the template's is a usage error."""
@@ -286,7 +299,18 @@ class CommandAdapter(TrainerAdapter):
             real = real_batch(text, batch)  # a diffusers-style script's partial batches count as partial
             # Any script: what its data loaders yielded over the run is what it trained (a template
             # may not name the batch at all); over the whole run a one-batch look-ahead evens out.
-            return combine(Readings(hook=hook, trainer=own, effective_batch=real, loader_count_right=True))
+            # Unless it reuses what it drew (``reused_batches``): then the batch it was given.
+            reused = "batch_size" in self.command.used() and reused_batches(hook.samples_per_step, real)
+            metrics = combine(
+                Readings(hook=hook, trainer=own, effective_batch=real, loader_count_right=not reused)
+            )
+            if reused:
+                note = (
+                    f"samples credited from the batch it was given ({real:g} per step): its data loaders "
+                    f"yielded {hook.samples_per_step:.3g} per step (it steps again on batches it drew)"
+                )
+                metrics.timing_note = "; ".join(n for n in (metrics.timing_note, note) if n)
+            return metrics
         except Exception:  # the contract: a reader never takes the sweep down
             return TrialMetrics()
 
