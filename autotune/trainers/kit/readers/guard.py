@@ -10,6 +10,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from autotune.core.metrics import TrialMetrics
+from autotune.core.timing import steady_state, warmup_by_step
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -39,3 +42,16 @@ def to_float(text: str) -> float | None:
         return float(text)
     except (TypeError, ValueError, OverflowError):
         return None
+
+
+def numbered_metrics(source: str, losses: dict[int, float], times: dict[int, float]) -> TrialMetrics:
+    """A reading from figures keyed by step number (the order they ran in): the losses, and the
+    steady step time with the warm-up steps (by number) left out."""
+    metrics = TrialMetrics(source=source, losses=[losses[n] for n in sorted(losses)])
+    if times:
+        steps = sorted(times)
+        metrics.step_times_s = [times[n] for n in steps]
+        metrics.step_time_s, metrics.step_time_spread_s = steady_state(
+            metrics.step_times_s, warmup_by_step(steps)
+        )
+    return metrics

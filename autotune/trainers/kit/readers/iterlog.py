@@ -16,8 +16,7 @@ import math
 import re
 
 from autotune.core.metrics import TrialMetrics
-from autotune.core.timing import steady_state, warmup_by_step
-from autotune.trainers.kit.readers.guard import never_raises
+from autotune.trainers.kit.readers.guard import never_raises, numbered_metrics
 from autotune.trainers.kit.readers.guard import to_float as _float
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf(?:inity)?"
@@ -57,11 +56,4 @@ def read_iter_lines(text: str) -> TrialMetrics | None:
             times[n] = seconds / 1000.0 if (timed.group(2) or "").lower() == "ms" else seconds
     if not losses:
         return None
-    metrics = TrialMetrics(source="iter-lines", losses=[losses[n] for n in sorted(losses)])
-    if times:
-        steps = sorted(times)
-        metrics.step_times_s = [times[n] for n in steps]
-        metrics.step_time_s, metrics.step_time_spread_s = steady_state(
-            metrics.step_times_s, warmup_by_step(steps)
-        )
-    return metrics
+    return numbered_metrics("iter-lines", losses, times)

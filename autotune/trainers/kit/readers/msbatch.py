@@ -22,9 +22,8 @@ import math
 import re
 
 from autotune.core.metrics import TrialMetrics
-from autotune.core.timing import steady_state, warmup_by_step
 from autotune.trainers.kit.readers.guard import NUMBER as _NUM
-from autotune.trainers.kit.readers.guard import never_raises
+from autotune.trainers.kit.readers.guard import never_raises, numbered_metrics
 from autotune.trainers.kit.readers.guard import to_float as _float
 
 _HEAD = re.compile(r"\|\s*epoch\s+(\d+)\s*\|\s*(\d+)\s*/\s*(\d+)\s+batches\s*\|", re.IGNORECASE)
@@ -54,11 +53,4 @@ def read_ms_batch(text: str) -> TrialMetrics | None:
             times[at] = seconds / 1000.0
     if not losses and not times:
         return None
-    metrics = TrialMetrics(source="ms-batch", losses=[losses[n] for n in sorted(losses)])
-    if times:
-        steps = sorted(times)
-        metrics.step_times_s = [times[n] for n in steps]
-        metrics.step_time_s, metrics.step_time_spread_s = steady_state(
-            metrics.step_times_s, warmup_by_step(steps)
-        )
-    return metrics
+    return numbered_metrics("ms-batch", losses, times)
