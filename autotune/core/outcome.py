@@ -357,7 +357,7 @@ def _raised_line(text: str) -> tuple[str, int]:
     if headers:
         pos = headers[-1].end()
         for raw in text[pos:].splitlines(keepends=True):
-            line = _RANK_PREFIX.sub("", raw, count=1)
+            line = _ANSI.sub("", _RANK_PREFIX.sub("", raw, count=1))
             if line.strip() and not line[:1].isspace():
                 if _EXCEPTION_LINE.match(line.rstrip("\n")):
                     return _short(line), pos
@@ -368,8 +368,8 @@ def _raised_line(text: str) -> tuple[str, int]:
 
 def _last_line(text: str) -> str:
     for line in reversed(text.splitlines()):
-        if line.strip():
-            return _short(line)
+        if short := _short(line):
+            return short
     return ""
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from autotune.core.metrics import TrialMetrics
+from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.timing import too_short_text
 from autotune.core.units import format_gb
@@ -72,7 +74,11 @@ def measure(
         trainer_card_is_the_trials=trainer_card_is_the_trials,
         host_ram_gb=host_ram_gb,
     )
-    verdict = replace(verdict, attrs={**verdict.attrs, **memory_note(trial_dir)})
+    ok = verdict.attrs.get("outcome") == Outcome.OK.value
+    reason = str(verdict.attrs.get("reason") or "")
+    log = result.stdout_path if ok else error_log(result.stdout_path, result.stderr_path, reason)
+    log_attrs = TrialRecord.attrs_of(log_path=str(log))
+    verdict = replace(verdict, attrs={**verdict.attrs, **memory_note(trial_dir), **log_attrs})
     record = {
         **metrics.to_dict(),
         **verdict.attrs,
@@ -85,6 +91,39 @@ def measure(
             json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
         )
     return verdict
+
+
+#: How much of a log's end ``error_log`` reads: the line a reason quotes is near the end.
+_LOG_TAIL_BYTES = 256 * 1024
+
+
+def error_log(stdout: Path, stderr: Path, reason: str) -> Path:
+    """The log that holds the line ``reason`` quotes (a crash's traceback is on stderr, its
+    stdout may be empty): stderr when that holds it (or holds all there is), else stdout."""
+    err = _tail_lines(stderr)
+    if any(_quoted(line, reason) for line in err):
+        return stderr
+    out = _tail_lines(stdout)
+    return stderr if err and not out else stdout
+
+
+def _tail_lines(path: Path) -> list[str]:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - _LOG_TAIL_BYTES))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _quoted(line: str, reason: str) -> bool:
+    """Whether ``reason`` quotes ``line`` (its start: a reason cuts long lines short)."""
+    line = _QUOTE_NOISE.sub("", line).strip()
+    return len(line) >= 12 and line[:60] in reason
+
+
+_QUOTE_NOISE = re.compile(r"\x1b\[[0-9;]*m|^\[rank\s*\d+\]:?")
 
 
 def memory_note(trial_dir: Path) -> dict[str, Any]:
