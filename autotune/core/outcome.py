@@ -216,12 +216,25 @@ def explain(
     return unranked(metrics) or OutcomeReason(Outcome.OK, "finished")
 
 
+#: Why a run that ended ok is unranked, and how to give autotune a speed: what the hook times
+#: (docs/how-it-works.md, the trial-side hook), the metrics file every launch names
+#: (``trainers/base.py``) and the printed formats read (docs/trainers/command.md). Under 300
+#: characters: a reason is one line of at most that.
+NO_SPEED_REASON = (
+    "finished, but no speed was read to rank it by: the hook times torch.optim optimizer steps (or "
+    "backward() calls where none steps) and was off or saw none; have the script write "
+    "AUTOTUNE_METRICS_FILE (JSON: step_time_s, peak_vram_gb, ...) or print a format "
+    "docs/trainers/command.md lists"
+)
+
+
 def unranked(metrics: TrialMetrics | None) -> OutcomeReason | None:
-    """A run that ended ok with no speed to rank it by (``TrialMetrics.measured``) is a crash: the
-    one rule, asked by ``explain`` and by the verdict's attrs; ``None`` when it has a speed (or when
-    no metrics were given: ``explain`` on the output alone)."""
+    """A run that ended ok with no speed to rank it by (``TrialMetrics.measured``) is a crash (the
+    outcome a study stores; its reason says it ran clean): the one rule, asked by ``explain`` and
+    by the verdict's attrs; ``None`` when it has a speed (or when no metrics were given:
+    ``explain`` on the output alone)."""
     if metrics is not None and not metrics.measured:
-        return OutcomeReason(Outcome.CRASH, "finished but no step time or samples/s could be read")
+        return OutcomeReason(Outcome.CRASH, NO_SPEED_REASON)
     return None
 
 

@@ -380,3 +380,13 @@ LAUNCHER = (
 )  # fmt: skip
 def test_a_crash_names_the_last_tracebacks_exception_line(output: str, line: str) -> None:
     assert explain(**case(1, output=output)).reason == f"crashed with exit code 1: {line}"
+
+
+def test_a_clean_run_with_no_speed_says_what_autotune_reads_and_how_to_give_it() -> None:
+    """It exited 0 and its log is clean: "fix what the log shows" had nothing to point at."""
+    got = explain(**case(0, output="epoch 1 done\n", metrics=NOTHING_READ))
+    assert got.outcome is Outcome.CRASH  # the stored outcome name stays (the study's schema)
+    for said in ("finished", "optimizer steps", "backward()", "AUTOTUNE_METRICS_FILE", "step_time_s",
+                 "docs/trainers/command.md"):  # fmt: skip
+        assert said in got.reason
+    assert "could be read" not in got.reason and len(got.reason) <= 300
