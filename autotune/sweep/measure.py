@@ -19,7 +19,7 @@ from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.timing import too_short_text
-from autotune.core.units import format_gb
+from autotune.core.units import format_gb, plain
 from autotune.core.verdict import Judgement, RunEnd, judge
 from autotune.execution.runner import RunResult
 from autotune.trainers.base import TrainerAdapter
@@ -168,11 +168,12 @@ def busy_text(reason: str, measured: bool) -> str:
 
 
 def _length(record: TrialRecord) -> str:
-    """``; ran 14 steps, not the 50 asked`` and ``; too short to time: ...`` where they apply."""
+    """``; ran 14 steps (50 asked)`` and ``; too short to time: ...`` where they apply. Information,
+    not an error: a template with no ``{steps}`` runs the script's own length (the banner says so)."""
     run, asked, steady = record.get("steps_run"), record.get("steps"), record.get("steady_steps")
     out = ""
     if isinstance(run, int) and isinstance(asked, int) and run != asked:
-        out += f"; ran {run} steps, not the {asked} asked"
+        out += f"; ran {run} steps ({asked} asked)"
     if isinstance(steady, int) and (short := too_short_text(steady, run if isinstance(run, int) else None)):
         out += f"; {short}"
     return out
@@ -191,5 +192,5 @@ def summary(attrs: Mapping[str, Any]) -> str:
         if record.get("host_fits") is False:  # the card may have room: the host did not
             host = record.get("peak_host_rss_gb")
             fit = "over the host RAM line" + (f" (host peak {format_gb(host)})" if host is not None else "")
-        return f"ok: {sps:.3g} samples/s{steps}{peak_txt}, {fit}{_length(record)}{busy}"
+        return f"ok: {plain(sps)} samples/s{steps}{peak_txt}, {fit}{_length(record)}{busy}"
     return f"{record.outcome}: {one_line(record.reason, 160)}{busy}"
