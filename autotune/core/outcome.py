@@ -219,12 +219,11 @@ def explain(
 #: Why a run that ended ok is unranked, and how to give autotune a speed: what the hook times
 #: (docs/how-it-works.md, the trial-side hook), the metrics file every launch names
 #: (``trainers/base.py``) and the printed formats read (docs/trainers/command.md). Under 300
-#: characters: a reason is one line of at most that.
+#: characters: a reason is one line of at most that; what to do first, as a progress line shows 160.
 NO_SPEED_REASON = (
-    "finished, but no speed was read to rank it by: the hook times torch.optim optimizer steps (or "
-    "backward() calls where none steps) and was off or saw none; have the script write "
-    "AUTOTUNE_METRICS_FILE (JSON: step_time_s, peak_vram_gb, ...) or print a format "
-    "docs/trainers/command.md lists"
+    "finished, but no speed was read to rank it by: have the script write AUTOTUNE_METRICS_FILE "
+    "(JSON: step_time_s, peak_vram_gb, ...) or print a format docs/trainers/command.md lists; the hook "
+    "times torch.optim optimizer steps (or backward() calls where none steps) and was off or saw none"
 )
 
 

@@ -236,7 +236,7 @@ class SearchLoop:
         if reason == NO_SPEED_REASON:  # it ran clean: nothing in the log to fix
             hint = "give autotune a step time as that says (docs/trainers/command.md)"
         raise BaselineFailedError(
-            f"the baseline (trial {trial.number}) failed with outcome {outcome}: {reason}. "
+            f"the baseline (trial {trial.number}) failed with outcome {outcome}: {reason.rstrip('.')}. "
             f"No relaxation can fix that, so the sweep stops here: {hint}; then start a new study "
             f"with --study NAME. Log: {log}"
         )
