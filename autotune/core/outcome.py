@@ -385,6 +385,11 @@ def _last_line(text: str) -> str:
     return ""
 
 
+def bare(line: str) -> str:
+    """A line as a reason quotes it: no ``[rank0]:`` prefix, no ANSI colour, no edge whitespace."""
+    return _ANSI.sub("", _RANK_PREFIX.sub("", line.strip())).strip()
+
+
 def _short(line: str, limit: int = 200) -> str:
-    line = _ANSI.sub("", _RANK_PREFIX.sub("", line.strip())).strip()
+    line = bare(line)
     return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from autotune.core.metrics import TrialMetrics
-from autotune.core.outcome import Outcome
+from autotune.core.outcome import Outcome, bare
 from autotune.core.record import TrialRecord
 from autotune.core.timing import too_short_text
 from autotune.core.units import format_gb, plain
@@ -119,11 +118,8 @@ def _tail_lines(path: Path) -> list[str]:
 
 def _quoted(line: str, reason: str) -> bool:
     """Whether ``reason`` quotes ``line`` (its start: a reason cuts long lines short)."""
-    line = _QUOTE_NOISE.sub("", line).strip()
+    line = bare(line)
     return len(line) >= 12 and line[:60] in reason
-
-
-_QUOTE_NOISE = re.compile(r"\x1b\[[0-9;]*m|^\[rank\s*\d+\]:?")
 
 
 def memory_note(trial_dir: Path) -> dict[str, Any]:
