@@ -8,7 +8,8 @@ building the parser must stay fast (``autotune --help``).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from autotune.errors import UsageError
 
@@ -18,10 +19,31 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that raises ``UsageError`` instead of exiting, so all errors look alike."""
+    """argparse that raises ``UsageError`` instead of exiting, so all errors look alike; an
+    argument no command takes is reported by the command it was given to (``autotune plan``, whose
+    help lists what it takes), with that command's word for a flag it is often given by mistake
+    (``unknown_hints``: flag -> what to run instead)."""
+
+    unknown_hints: dict[str, str]
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner = self._chosen_command(parsed) or self
+            hints = getattr(owner, "unknown_hints", {})
+            said = [hints[f] for f in hints if any(x == f or x.startswith(f + "=") for x in extras)]
+            owner.error(f"unrecognized arguments: {' '.join(extras)}" + "".join(f"; {h}" for h in said))
+        return parsed
+
+    def _chosen_command(self, parsed: argparse.Namespace) -> Parser | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and action.dest != argparse.SUPPRESS:
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                return chosen if isinstance(chosen, Parser) else None
+        return None
 
 
 def gb_amount(flag: str, wants: str = "a number of GB, like 64 or 125.5") -> Callable[[str], float]:

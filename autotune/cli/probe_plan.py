@@ -136,6 +136,10 @@ def add_plan(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help='print one JSON object: {"tier", "vram_gb", "baseline", "config_path", "launch", "warnings", ...}',
     )
+    p.unknown_hints = {
+        "--cmd": "'autotune plan' has nothing for a --cmd template (it writes a trainer's shipped baseline "
+        "for the card's tier, or checks your --config): run 'autotune sweep --cmd TEMPLATE' instead"
+    }
     p.set_defaults(handler=cmd_plan)
 
 

@@ -129,6 +129,10 @@ _HOST_OOM = re.compile(HOST_OOM_SOURCE, re.M)
 _CONFIG_ERROR = re.compile(CONFIG_ERROR_SOURCE, re.M)
 _NAN = re.compile(NAN_SOURCE, re.M)
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+#: A traceback's header, as Python prints it (not quoted inside another message).
+_TRACEBACK_HEADER = re.compile(
+    r"^(?:\[rank\s*\d+\]:?[ \t]?)?Traceback \(most recent call last\):?[ \t]*$", re.M
+)
 _FAILURE_LINE = re.compile(FAILURE_LINE_SOURCE, re.M)
 #: A traceback's last line: ``pkg.mod.SomeError: message`` at the start of a line.
 _EXCEPTION_LINE = re.compile(
@@ -141,6 +145,7 @@ _LAUNCHER_ERROR = re.compile(
     r"\bCalledProcessError\b|\bChildFailedError\b|^RuntimeError: Traceback \(most recent call last\)"
 )
 _RANK_PREFIX = re.compile(r"^\[rank\s*\d+\]:?[ \t]?", re.M)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # torch.load's weights_only message sets a bold span
 
 
 @dataclass(frozen=True)
@@ -211,12 +216,24 @@ def explain(
     return unranked(metrics) or OutcomeReason(Outcome.OK, "finished")
 
 
+#: Why a run that ended ok is unranked, and how to give autotune a speed: what the hook times
+#: (docs/how-it-works.md, the trial-side hook), the metrics file every launch names
+#: (``trainers/base.py``) and the printed formats read (docs/trainers/command.md). Under 300
+#: characters: a reason is one line of at most that; what to do first, as a progress line shows 160.
+NO_SPEED_REASON = (
+    "finished, but no speed was read to rank it by: have the script write AUTOTUNE_METRICS_FILE "
+    "(JSON: step_time_s, peak_vram_gb, ...) or print a format docs/trainers/command.md lists; the hook "
+    "times torch.optim optimizer steps (or backward() calls where none steps) and was off or saw none"
+)
+
+
 def unranked(metrics: TrialMetrics | None) -> OutcomeReason | None:
-    """A run that ended ok with no speed to rank it by (``TrialMetrics.measured``) is a crash: the
-    one rule, asked by ``explain`` and by the verdict's attrs; ``None`` when it has a speed (or when
-    no metrics were given: ``explain`` on the output alone)."""
+    """A run that ended ok with no speed to rank it by (``TrialMetrics.measured``) is a crash (the
+    outcome a study stores; its reason says it ran clean): the one rule, asked by ``explain`` and
+    by the verdict's attrs; ``None`` when it has a speed (or when no metrics were given:
+    ``explain`` on the output alone)."""
     if metrics is not None and not metrics.measured:
-        return OutcomeReason(Outcome.CRASH, "finished but no step time or samples/s could be read")
+        return OutcomeReason(Outcome.CRASH, NO_SPEED_REASON)
     return None
 
 
@@ -330,25 +347,49 @@ def _line_at(text: str, match: re.Match[str]) -> str:
 
 
 def _crash_line(text: str) -> str:
-    """The line that names why a trial crashed: the output's last, unless that is a launcher's
-    error about its failed child; then the child's own last error before it (``No module named
-    'PIL'``, not ``CalledProcessError: Command [...] returned non-zero exit status 1``)."""
-    last = _last_line(text)
-    if not _LAUNCHER_ERROR.search(last):
-        return last
-    causes = [m for m in _EXCEPTION_LINE.finditer(text) if not _LAUNCHER_ERROR.search(m.group(0))]
+    """The line that names why a trial crashed: the exception line of the output's last traceback
+    (its message may go on for lines: torch.load's weights_only error ends in a prose line,
+    torch/serialization.py:1441-1444 @ 2.13), else the output's last line; unless that is a
+    launcher's error about its failed child: then the child's own last error before it (``No
+    module named 'PIL'``, not ``CalledProcessError: Command [...] returned non-zero exit status 1``)."""
+    line, end = _raised_line(text)
+    if not _LAUNCHER_ERROR.search(line):
+        return line
+    causes = [m for m in _EXCEPTION_LINE.finditer(text, 0, end) if not _LAUNCHER_ERROR.search(m.group(0))]
     if not causes:
-        return last
-    return _short(causes[-1].group(0)) + f" (then the launcher: {_short(last, 60)})"
+        return line
+    return _short(causes[-1].group(0)) + f" (then the launcher: {_short(line, 60)})"
+
+
+def _raised_line(text: str) -> tuple[str, int]:
+    """The last traceback's exception line (the first line at its left edge after the header and
+    the indented frames) and where it starts; the output's last line and its end when no
+    traceback shows one."""
+    headers = list(_TRACEBACK_HEADER.finditer(text))
+    if headers:
+        pos = headers[-1].end()
+        for raw in text[pos:].splitlines(keepends=True):
+            line = _ANSI.sub("", _RANK_PREFIX.sub("", raw, count=1))
+            if line.strip() and not line[:1].isspace():
+                if _EXCEPTION_LINE.match(line.rstrip("\n")):
+                    return _short(line), pos
+                break
+            pos += len(raw)
+    return _last_line(text), len(text)
 
 
 def _last_line(text: str) -> str:
     for line in reversed(text.splitlines()):
-        if line.strip():
-            return _short(line)
+        if short := _short(line):
+            return short
     return ""
 
 
+def bare(line: str) -> str:
+    """A line as a reason quotes it: no ``[rank0]:`` prefix, no ANSI colour, no edge whitespace."""
+    return _ANSI.sub("", _RANK_PREFIX.sub("", line.strip())).strip()
+
+
 def _short(line: str, limit: int = 200) -> str:
-    line = _RANK_PREFIX.sub("", line.strip()).strip()
+    line = bare(line)
     return line if len(line) <= limit else line[: limit - 3] + "..."

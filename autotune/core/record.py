@@ -29,7 +29,7 @@ KEYS: dict[str, str] = {
     "confirm_of": "the trial whose candidate this longer run confirms",
     "remeasure_of": "the trial whose candidate this run measures again (a near-tie within the noise)",
     "trial_dir": "its folder",
-    "log_path": "its stdout log",
+    "log_path": "its log: stdout.log, or stderr.log when that holds the line its reason quotes",
     "command": "the shell command that launched it",
     "launch_digest": "sha256 of its rendered launch (argv, files, env), its own folder left out",
     "same_command_as": "the earlier trial whose identical command it reused instead of running",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from autotune.errors import UsageError
@@ -43,6 +44,15 @@ def format_duration(seconds: float) -> str:
     h, rest = divmod(s, 3600)
     m, sec = divmod(rest, 60)
     return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"
+
+
+def plain(x: float, digits: int = 3) -> str:
+    """A figure with ``digits`` significant digits and never an exponent: ``3770``, ``37.7``,
+    ``0.0377`` (``3.77e+03`` reads badly in a progress line); at most 4 decimals."""
+    if not math.isfinite(x) or x == 0:
+        return "0" if x == 0 else str(x)
+    decimals = max(0, min(4, digits - 1 - math.floor(math.log10(abs(x)))))
+    return f"{x:.{decimals}f}"
 
 
 def format_gb(gb: float, unit: str = "GB") -> str:

@@ -31,6 +31,7 @@ from autotune.core.outcome import OomDetails, Outcome, unranked
 from autotune.core.record import TrialRecord
 from autotune.core.space import fidelity_score
 from autotune.core.timing import too_short_text
+from autotune.core.units import plain
 
 #: Run-to-run noise floor for near-ties (relative: 0.015 is 1.5 %), the strategy's ``min_noise``.
 MIN_NOISE = 0.015
@@ -294,7 +295,7 @@ def implausible_speed(metrics: TrialMetrics, effective_batch: float, run: RunEnd
     steps, wall = run.steps, run.wall_s
     if steps and wall and effective_batch and steps * effective_batch / sps < _IMPLAUSIBLE_SHARE * wall:
         return (
-            f"implausible speed: {sps:.3g} samples/s would train its {steps} steps of {effective_batch:g} "
+            f"implausible speed: {plain(sps)} samples/s would train its {steps} steps of {effective_batch:g} "
             f"samples in {steps * effective_batch / sps:.3g} s of the {wall:.3g} s it ran"
         )
     hooked = metrics.timed_by == "hook"
@@ -310,7 +311,7 @@ def implausible_speed(metrics: TrialMetrics, effective_batch: float, run: RunEnd
         if f
     ]
     if others and sps > 100.0 * max(others):
-        return f"implausible speed: {sps:.3g} samples/s is over 100x the trainer's other figures ({max(others):.3g})"
+        return f"implausible speed: {plain(sps)} samples/s is over 100x the trainer's other figures ({plain(max(others))})"
     return None
 
 

@@ -158,7 +158,7 @@ def reason(r: Report, row: TrialRow) -> str:
             )
     run = row.get("steps_run")
     if isinstance(run, int) and row.outcome == "ok" and isinstance(r.steps, int) and run != r.steps:
-        parts.append(f"ran {run} steps (the script's own length), not the {r.steps} asked")
+        parts.append(f"ran {run} steps (the script's own length; {r.steps} asked)")
     rel = speed_disagreement(row.get("trainer_samples_per_s"), row.get("samples_per_s"))
     if rel is not None and row.get("timed_by") == "hook":
         parts.append(f"the trainer's own samples/s is {rel * 100:+.0f} % off the hook's (see Warnings)")

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from autotune.config.knobs import trainer_fidelity
 from autotune.core import verdict
 from autotune.core.record import TrialRecord, count_trials
-from autotune.core.units import format_duration, format_gb
+from autotune.core.units import format_duration, format_gb, plain
 from autotune.report.model import knob_names
 from autotune.store import study as st
 from autotune.store import urls
@@ -160,7 +160,7 @@ def render(info: dict[str, Any]) -> str:
             lines.append(f"  {key}: none yet")
             continue
         sps = b.get("samples_per_s")
-        speed = f"{sps:.3g} samples/s" if isinstance(sps, (int, float)) else str(b.get("outcome"))
+        speed = f"{plain(sps)} samples/s" if isinstance(sps, (int, float)) else str(b.get("outcome"))
         peak = b.get("peak_vram_gb")
         peak_txt = f", peak {format_gb(peak)}" if isinstance(peak, (int, float)) else ""
         if b.get("outcome") == "ok" and b.get("fit_measured") is False:  # never called a fit

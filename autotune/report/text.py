@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from autotune.core.units import plain
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -19,12 +20,7 @@ def fmt(x: Any, digits: int = 3) -> str:
         return str(x)
     if isinstance(x, int):
         return str(x)
-    if not math.isfinite(x):
-        return str(x)
-    if x == 0:
-        return "0"
-    decimals = max(0, min(4, digits - 1 - math.floor(math.log10(abs(x)))))
-    return f"{x:.{decimals}f}"
+    return plain(x, digits)
 
 
 def gb(x: Any) -> str:

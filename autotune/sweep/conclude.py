@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core import verdict
 from autotune.core.record import TrialRecord, busy_speed_note
 from autotune.core.space import Candidate, Space
+from autotune.core.units import plain
 from autotune.errors import AutotuneError
 from autotune.store import study as st
 from autotune.store.recovery import is_interrupted
@@ -96,7 +97,7 @@ def record_remeasured(study: st.SweepStudy, progress: Progress) -> None:
                 "each": sps,
             }
         )
-        shown = ", ".join(f"{x:.4g}" for x in sps)
+        shown = ", ".join(plain(x, 4) for x in sps)
         progress.line(f"re-measured trial {number}'s candidate ({len(runs)} runs: {shown} samples/s)")
     if out:
         study.set_attr("remeasured", out)
@@ -186,7 +187,7 @@ def search_left(why: str, study: st.SweepStudy, space: Space, strategy: SearchSt
         return "nothing left could beat the best: a longer run would not change the winner"
     finite = [b for b in could.values() if math.isfinite(b)]
     unbounded = len(could) - len(finite)
-    parts = [f"their bounds up to {max(finite):.4g} samples/s"] if finite else []
+    parts = [f"their bounds up to {plain(max(finite), 4)} samples/s"] if finite else []
     if unbounded:
         parts.append(f"{unbounded} in a family not measured yet")
     return (

@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.outcome import Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import Candidate
+from autotune.core.units import plain
 from autotune.core.verdict import study_value
 from autotune.errors import CandidateRefused, ConfigError, SweepInterrupted, TrialOutputError
 from autotune.execution.proctree import MARK_VAR
@@ -232,7 +233,7 @@ class TrialExecutor:
             record = TrialRecord.from_trial(best)
             unmeasured = "" if record.fit_measured else "; fit not measured"
             self.progress.set_best(
-                f"{record.samples_per_s or 0.0:.3g} samples/s (trial {best.number}{unmeasured})"
+                f"{plain(record.samples_per_s or 0.0)} samples/s (trial {best.number}{unmeasured})"
             )
 
 

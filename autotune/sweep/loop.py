@@ -23,7 +23,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.outcome import Outcome
+from autotune.core.outcome import NO_SPEED_REASON, Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.space import Candidate
 from autotune.core.strategy import Observation
@@ -241,9 +241,13 @@ class SearchLoop:
                 "Log: " + str(log)
             )
         write_reports(self.scheduler.study, self.plan.study_dir, self.progress)
-        hint = _BASELINE_HINTS.get(str(outcome), "see the log for why") + self._start_values_hint(trial)
+        hint = _BASELINE_HINTS.get(str(outcome), "see the log for why")
+        if reason == NO_SPEED_REASON:  # it ran clean: nothing in the log to fix
+            hint = "give autotune a step time as that says (docs/trainers/command.md)"
+        else:
+            hint += self._start_values_hint(trial)
         raise BaselineFailedError(
-            f"the baseline (trial {trial.number}) failed with outcome {outcome}: {reason}. "
+            f"the baseline (trial {trial.number}) failed with outcome {outcome}: {reason.rstrip('.')}. "
             f"No relaxation can fix that, so the sweep stops here: {hint}; then start a new study "
             f"with --study NAME. Log: {log}"
         )

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.metrics import TrialMetrics
+from autotune.core.outcome import Outcome, bare
 from autotune.core.record import TrialRecord
 from autotune.core.timing import too_short_text
-from autotune.core.units import format_gb
+from autotune.core.units import format_gb, plain
 from autotune.core.verdict import Judgement, RunEnd, judge
 from autotune.execution.runner import RunResult
 from autotune.trainers.base import TrainerAdapter
@@ -72,7 +73,11 @@ def measure(
         trainer_card_is_the_trials=trainer_card_is_the_trials,
         host_ram_gb=host_ram_gb,
     )
-    verdict = replace(verdict, attrs={**verdict.attrs, **memory_note(trial_dir)})
+    ok = verdict.attrs.get("outcome") == Outcome.OK.value
+    reason = str(verdict.attrs.get("reason") or "")
+    log = result.stdout_path if ok else error_log(result.stdout_path, result.stderr_path, reason)
+    log_attrs = TrialRecord.attrs_of(log_path=str(log))
+    verdict = replace(verdict, attrs={**verdict.attrs, **memory_note(trial_dir), **log_attrs})
     record = {
         **metrics.to_dict(),
         **verdict.attrs,
@@ -85,6 +90,36 @@ def measure(
             json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
         )
     return verdict
+
+
+#: How much of a log's end ``error_log`` reads: the line a reason quotes is near the end.
+_LOG_TAIL_BYTES = 256 * 1024
+
+
+def error_log(stdout: Path, stderr: Path, reason: str) -> Path:
+    """The log that holds the line ``reason`` quotes (a crash's traceback is on stderr, its
+    stdout may be empty): stderr when that holds it (or holds all there is), else stdout."""
+    err = _tail_lines(stderr)
+    if any(_quoted(line, reason) for line in err):
+        return stderr
+    out = _tail_lines(stdout)
+    return stderr if err and not out else stdout
+
+
+def _tail_lines(path: Path) -> list[str]:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - _LOG_TAIL_BYTES))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _quoted(line: str, reason: str) -> bool:
+    """Whether ``reason`` quotes ``line`` (its start: a reason cuts long lines short)."""
+    line = bare(line)
+    return len(line) >= 12 and line[:60] in reason
 
 
 def memory_note(trial_dir: Path) -> dict[str, Any]:
@@ -129,11 +164,12 @@ def busy_text(reason: str, measured: bool) -> str:
 
 
 def _length(record: TrialRecord) -> str:
-    """``; ran 14 steps, not the 50 asked`` and ``; too short to time: ...`` where they apply."""
+    """``; ran 14 steps (50 asked)`` and ``; too short to time: ...`` where they apply. Information,
+    not an error: a template with no ``{steps}`` runs the script's own length (the banner says so)."""
     run, asked, steady = record.get("steps_run"), record.get("steps"), record.get("steady_steps")
     out = ""
     if isinstance(run, int) and isinstance(asked, int) and run != asked:
-        out += f"; ran {run} steps, not the {asked} asked"
+        out += f"; ran {run} steps ({asked} asked)"
     if isinstance(steady, int) and (short := too_short_text(steady, run if isinstance(run, int) else None)):
         out += f"; {short}"
     return out
@@ -152,5 +188,5 @@ def summary(attrs: Mapping[str, Any]) -> str:
         if record.get("host_fits") is False:  # the card may have room: the host did not
             host = record.get("peak_host_rss_gb")
             fit = "over the host RAM line" + (f" (host peak {format_gb(host)})" if host is not None else "")
-        return f"ok: {sps:.3g} samples/s{steps}{peak_txt}, {fit}{_length(record)}{busy}"
+        return f"ok: {plain(sps)} samples/s{steps}{peak_txt}, {fit}{_length(record)}{busy}"
     return f"{record.outcome}: {one_line(record.reason, 160)}{busy}"

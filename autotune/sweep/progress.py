@@ -60,7 +60,8 @@ class Progress:
             if not self.tty:
                 est = f", estimate ~{format_duration(estimate_s)}" if estimate_s else ""
                 best = f"; best so far: {self._best}" if self._best else ""
-                self.stream.write(f"trial {number} started{note}: {label}{est}{best}\n")
+                shown = f": {label}" if label else ""  # nothing swept: no dangling colon
+                self.stream.write(f"trial {number} started{note}{shown}{est}{best}\n")
             else:
                 self._draw()
             self.stream.flush()
@@ -105,7 +106,7 @@ class Progress:
             return ""
         number, label, t0, estimate = self._trial
         elapsed = self.clock() - t0
-        parts = [f"trial {number}: {label}", format_duration(elapsed)]
+        parts = [f"trial {number}: {label}" if label else f"trial {number}", format_duration(elapsed)]
         if estimate:
             parts[-1] += f" of ~{format_duration(estimate)}"
         if self._step:

@@ -111,7 +111,11 @@ ROWS: list[Row] = [
     # --- the command line itself ------------------------------------------------------------------
     row("unknown-command", "sweeep", "invalid choice: 'sweeep'", "choose from", "--help"),
     row("unknown-flag", "probe --no-such-flag", "--no-such-flag", "--help"),
-    row("stray-argument", "probe extra", "unrecognized arguments: extra", "--help"),
+    row("stray-argument", "probe extra", "unrecognized arguments: extra", "see 'autotune probe --help'"),
+    # a flag of another command: the help of the command it was given to, not the top-level one
+    row("sweep-flag-to-plan", "plan --max-trials 3", "autotune plan: unrecognized", "see 'autotune plan --help'"),
+    row("cmd-to-plan", ["plan", "--cmd", "python train.py"], "unrecognized arguments: --cmd",
+        "nothing for a --cmd template", "run 'autotune sweep --cmd TEMPLATE'", "see 'autotune plan --help'"),
     row("flag-missing-value", "plan --vram-gb", "--vram-gb", "expected one argument", "--help"),
     # --- plan: wrong types and ranges -------------------------------------------------------------
     row("vram-not-a-number", "plan --vram-gb abc", "--vram-gb", "'abc'", "like 48"),

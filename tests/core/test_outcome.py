@@ -320,3 +320,73 @@ def test_a_crash_under_a_launcher_names_the_childs_own_error(tmp_path: Path) -> 
     assert explain(
         1, None, timed_out=False, stalled=False, interrupted=False, output=plain, metrics=None
     ).reason == ("crashed with exit code 1: ValueError: bad shape")
+
+
+# torch.load's weights_only error as torch 2.13 raises it (torch/serialization.py:1609 raises
+# ``pickle.UnpicklingError(_get_wo_message(str(e)))``; the message is built at :1446-1470, with a
+# bold span, and ends in DOCS_MESSAGE, a prose line, at :1441-1444), printed for a checkpoint
+# holding an ``argparse.Namespace`` (pytorch/examples' scripts save their args so).
+WEIGHTS_ONLY = (
+    "Traceback (most recent call last):\n"
+    '  File "/tmp/ex/imagenet/main.py", line 4, in <module>\n'
+    '    torch.load("/tmp/wo.pt")\n'
+    '  File "/venv/lib/python3.11/site-packages/torch/serialization.py", line 1609, in load\n'
+    "    raise pickle.UnpicklingError(_get_wo_message(str(e))) from None\n"
+    "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do so you "
+    "have two options, \x1b[1mdo those steps only if you trust the source of the checkpoint\x1b[0m. \n"
+    "\t(1) In PyTorch 2.6, we changed the default value of the `weights_only` argument in `torch.load` "
+    "from `False` to `True`. Re-running `torch.load` with `weights_only` set to `False` will likely "
+    "succeed, but it can result in arbitrary code execution. Do it only if you got the file from a "
+    "trusted source.\n"
+    "\t(2) Alternatively, to load with `weights_only=True` please check the recommended steps in the "
+    "following error message.\n"
+    "\tWeightsUnpickler error: Unsupported global: GLOBAL argparse.Namespace was not an allowed global "
+    "by default. Please use `torch.serialization.add_safe_globals([argparse.Namespace])` or the "
+    "`torch.serialization.safe_globals([argparse.Namespace])` context manager to allowlist this global "
+    "if you trust this class/function.\n"
+    "\n"
+    "Check the documentation of torch.load to learn more about types accepted by default with "
+    "weights_only https://pytorch.org/docs/stable/generated/torch.load.html.\n"
+)
+CHAINED = (
+    "Traceback (most recent call last):\n  File 'a.py', line 1\nKeyError: 'x'\n\n"
+    "During handling of the above exception, another exception occurred:\n\n"
+    "Traceback (most recent call last):\n  File 'a.py', line 3\n"
+    "ValueError: no x\nsecond line of its message\n"
+)
+LAUNCHER = (
+    "Traceback (most recent call last):\n  File 'train.py', line 1\n"
+    "ModuleNotFoundError: No module named 'PIL'\n"
+    "Traceback (most recent call last):\n  File 'accelerate/commands/launch.py', line 1051\n"
+    "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 1.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("output", "line"),
+    [
+        (WEIGHTS_ONLY, "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, "
+         "to do so you have two options, do those steps only if you trust the source of the checkpoint."),
+        (CRASH, "ValueError: bad shape"),
+        (CHAINED, "ValueError: no x"),  # the last traceback's, not the message's last line
+        ("[rank0]: Traceback (most recent call last):\n[rank0]:   File 'x', line 1\n"
+         "[rank0]: RuntimeError: boom\n[rank0]: more of it\n", "RuntimeError: boom"),
+        (LAUNCHER, "ModuleNotFoundError: No module named 'PIL' (then the launcher: "
+         "subprocess.CalledProcessError: Command '['python', 'train...)"),
+        ("step 1\nSegmentation fault (core dumped)\n", "Segmentation fault (core dumped)"),  # no traceback
+        ("Traceback (most recent call last):\n  File 'x'\n", "File 'x'"),  # cut short: the last line
+    ],
+    ids=["torch.load weights_only", "plain", "chained", "rank prefix", "launcher", "no traceback", "cut"],
+)  # fmt: skip
+def test_a_crash_names_the_last_tracebacks_exception_line(output: str, line: str) -> None:
+    assert explain(**case(1, output=output)).reason == f"crashed with exit code 1: {line}"
+
+
+def test_a_clean_run_with_no_speed_says_what_autotune_reads_and_how_to_give_it() -> None:
+    """It exited 0 and its log is clean: "fix what the log shows" had nothing to point at."""
+    got = explain(**case(0, output="epoch 1 done\n", metrics=NOTHING_READ))
+    assert got.outcome is Outcome.CRASH  # the stored outcome name stays (the study's schema)
+    for said in ("finished", "optimizer steps", "backward()", "AUTOTUNE_METRICS_FILE", "step_time_s",
+                 "docs/trainers/command.md"):  # fmt: skip
+        assert said in got.reason
+    assert "could be read" not in got.reason and len(got.reason) <= 300

@@ -8,7 +8,7 @@ import pytest
 
 from autotune.core import verdict
 from autotune.core.metrics import TrialMetrics
-from autotune.core.outcome import OomDetails, Outcome
+from autotune.core.outcome import NO_SPEED_REASON, OomDetails, Outcome
 from autotune.core.record import TrialRecord
 from autotune.core.verdict import Contender
 
@@ -246,7 +246,7 @@ def test_beaten_by_fidelity_for_the_sweeps_own_pick() -> None:
         (
             Outcome.OK,
             TrialMetrics(step_time_s=float("nan")),
-            {"outcome": "crash", "reason": "finished but no step time or samples/s could be read"},
+            {"outcome": "crash", "reason": NO_SPEED_REASON},
         ),
         # one step time and no spread: the record says the spread is unknown
         (

@@ -16,6 +16,7 @@ import pytest
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
+from autotune.core.outcome import NO_SPEED_REASON
 from autotune.core.space import Candidate
 from autotune.errors import BaselineFailedError
 from autotune.store import optuna_private as op
@@ -99,6 +100,17 @@ def test_a_failed_baseline_is_judged_by_the_loop_not_inside_the_decision(tmp_pat
     with pytest.raises(BaselineFailedError, match="failed with outcome crash: boom"):
         loop.run()
     assert reports.exists()
+
+
+def test_a_baseline_that_ran_clean_but_gave_no_speed_is_not_told_to_fix_its_log(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    scheduler = LocalScheduler.open(open_storage(plan.storage_url), plan)
+    loop, _ = _loop(plan, scheduler)
+    _finish(scheduler, plan, plan.base_candidate, "baseline", {"outcome": "crash", "reason": NO_SPEED_REASON})
+    with pytest.raises(BaselineFailedError) as err:
+        loop.run()
+    assert "fix what the log shows" not in str(err.value)
+    assert "give autotune a step time as that says" in str(err.value)
 
 
 def test_a_remeasure_proposal_names_the_first_run_it_measures_again(tmp_path: Path) -> None:

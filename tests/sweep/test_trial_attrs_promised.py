@@ -43,6 +43,8 @@ PROMISED = frozenset(
         "busy_host",
     }
 )
+#: The outcomes whose error the fake prints on stderr (``log_path`` names that log).
+LOG_OF = {"crash": "stderr.log", "oom": "stderr.log"}
 ALWAYS = {"outcome", "gradient_accumulation_steps", "effective_batch", "log_path"}
 MEASURED = {"step_time_s", "samples_per_s", "spread_unknown"}
 PRINTED_PEAK = {"trainer_peak_vram_gb", "peak_vram_gb"}
@@ -95,7 +97,8 @@ def test_a_finished_trial_carries_exactly_the_promised_keys(
     # A busy host is the machine's, not the outcome's: named when it was (these sweeps run at once).
     assert {k for k in PROMISED if k in attrs} - {"busy_host"} == keys
     assert "busy_host" not in attrs or (isinstance(attrs["busy_host"], str) and attrs["busy_host"])
-    assert Path(str(attrs["log_path"])).name == "stdout.log"
+    # The log holding the line the reason quotes: the fake prints its traceback and OOM on stderr.
+    assert Path(str(attrs["log_path"])).name == LOG_OF.get(outcome, "stdout.log")
     assert attrs["effective_batch"] == attrs["gradient_accumulation_steps"]  # batch 1, one copy
     if "fits" in attrs:
         assert isinstance(attrs["fits"], bool)
