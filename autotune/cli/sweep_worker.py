@@ -349,6 +349,7 @@ def trainer_python(path: Path, trainer: str | None) -> str:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import optuna
 
+    from autotune.core.units import plain
     from autotune.errors import SweepInterrupted
     from autotune.sweep.api import run_sweep
 
@@ -374,12 +375,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if result.best_trial is None:
         print("no config finished and fit with the headroom asked for", file=out)
     else:
-        speed = f"{result.best_samples_per_s:.3g} samples/s" if result.best_samples_per_s else "?"
+        speed = f"{plain(result.best_samples_per_s)} samples/s" if result.best_samples_per_s else "?"
         gain = ""
         if result.best_samples_per_s and result.baseline_samples_per_s:
             gain = f", {result.best_samples_per_s / result.baseline_samples_per_s:.2f}x the baseline"
         what = "best" if result.best_fit_measured is not False else "best (fastest; fit not measured)"
-        print(f"{what}: trial {result.best_trial}: {result.best_params} at {speed}{gain}", file=out)
+        config = " ".join(f"{k}={v}" for k, v in result.best_params.items()) or "the baseline's config"
+        print(f"{what}: trial {result.best_trial}: {config} at {speed}{gain}", file=out)
     if result.busy_note:
         print(f"warning: {result.busy_note}", file=out)
     md = [p for p in result.reports if p.suffix == ".md"]

@@ -276,7 +276,7 @@ def test_sigkill_at_random_moments_then_resume_gives_the_same_best(
     assert _best_line(final.stdout).split(":", 2)[2] == _best_line(clean_odd["proc"].stdout).split(":", 2)[2]
     best, _ = true_best(ODD_CARD_GB)
     assert best == ("none", "adamw8bit", 3, True)  # the right winner, at a batch that is no power of two
-    assert "'batch_size': 3" in _best_line(final.stdout) and "'adamw8bit'" in _best_line(final.stdout)
+    assert "batch_size=3 " in _best_line(final.stdout) and "optimizer=adamw8bit" in _best_line(final.stdout)
 
     trials = _trials(tmp_path)
     interrupted = Counter(_key(t["params"]) for t in trials if t["attrs"].get("outcome") == "interrupted")
