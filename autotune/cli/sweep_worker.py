@@ -380,7 +380,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if result.best_samples_per_s and result.baseline_samples_per_s:
             gain = f", {result.best_samples_per_s / result.baseline_samples_per_s:.2f}x the baseline"
         what = "best" if result.best_fit_measured is not False else "best (fastest; fit not measured)"
-        config = " ".join(f"{k}={v}" for k, v in (result.best_params or {}).items()) or "the baseline's config"
+        config = (
+            " ".join(f"{k}={v}" for k, v in (result.best_params or {}).items()) or "the baseline's config"
+        )
         print(f"{what}: trial {result.best_trial}: {config} at {speed}{gain}", file=out)
     if result.busy_note:
         print(f"warning: {result.busy_note}", file=out)
