@@ -431,7 +431,7 @@ def test_baseline_oom_says_nothing_shipped_fits_and_what_could(tmp_path: Path) -
     )
     assert run.returncode == 0, run.stderr
     best = _best_line(run.stdout)
-    assert "'quantization': 'int2-quanto'" in best or "'quantization': 'int4-quanto'" in best
+    assert "quantization=int2-quanto" in best or "quantization=int4-quanto" in best
 
 
 @pytest.mark.process
