@@ -371,11 +371,21 @@ def _raised_line(text: str) -> tuple[str, int]:
         for raw in text[pos:].splitlines(keepends=True):
             line = _ANSI.sub("", _RANK_PREFIX.sub("", raw, count=1))
             if line.strip() and not line[:1].isspace():
-                if _EXCEPTION_LINE.match(line.rstrip("\n")):
+                if _EXCEPTION_LINE.match(line.rstrip("\n")) and _ends_the_output(text[pos + len(raw) :]):
                     return _short(line), pos
                 break
             pos += len(raw)
     return _last_line(text), len(text)
+
+
+#: Lines after a traceback's exception line that can still be its message (torch.load's
+#: weights_only message runs 10-15); past that the traceback was logged and the run went on, and the
+#: output's last line says more about how it ended.
+_MESSAGE_LINES = 40
+
+
+def _ends_the_output(rest: str) -> bool:
+    return sum(1 for line in rest.splitlines() if line.strip()) <= _MESSAGE_LINES
 
 
 def _last_line(text: str) -> str:

@@ -375,8 +375,13 @@ LAUNCHER = (
          "subprocess.CalledProcessError: Command '['python', 'train...)"),
         ("step 1\nSegmentation fault (core dumped)\n", "Segmentation fault (core dumped)"),  # no traceback
         ("Traceback (most recent call last):\n  File 'x'\n", "File 'x'"),  # cut short: the last line
+        (  # a traceback logged, the run went on and ended otherwise: its last line, not the old error
+            "Traceback (most recent call last):\n  File 'x'\nKeyError: 'cache'\n"
+            + "".join(f"step {i} loss 0.5\n" for i in range(60)) + "terminate called after throwing an instance\n",
+            "terminate called after throwing an instance",
+        ),
     ],
-    ids=["torch.load weights_only", "plain", "chained", "rank prefix", "launcher", "no traceback", "cut"],
+    ids=["torch.load weights_only", "plain", "chained", "rank prefix", "launcher", "no traceback", "cut", "logged"],
 )  # fmt: skip
 def test_a_crash_names_the_last_tracebacks_exception_line(output: str, line: str) -> None:
     assert explain(**case(1, output=output)).reason == f"crashed with exit code 1: {line}"
