@@ -229,8 +229,11 @@ def test_steps_the_emulated_card_counted_are_left_out_of_the_step_time(tmp_path:
     lines = [_step(i, 5.0, counted=True) for i in range(1, 4)] + [_step(i, 1.0) for i in range(4, 10)]
     metrics = read_hook_file(_write(tmp_path, lines))
     assert metrics.step_time_s == 1.0 and len(metrics.step_times_s) == 9
+    assert metrics.timing_note is None
     only_counted = [_step(i, 2.0, counted=True) for i in range(1, 4)]
-    assert read_hook_file(_write(tmp_path, only_counted)).step_time_s == 2.0  # all there is
+    counted = read_hook_file(_write(tmp_path, only_counted))
+    assert counted.step_time_s == 2.0  # all there is, and the trial says what is in it
+    assert counted.timing_note is not None and "counted by the emulated card" in counted.timing_note
 
 
 # --- backward events: a script that updates its weights by hand (no torch.optim optimizer) -------

@@ -43,10 +43,13 @@ from autotune.core.timing import steady_state, warmup_count
 from autotune.execution.hookseal import HOOK_FILE_NAME
 from autotune.execution.hookseal import MAX_BYTES as _MAX_BYTES  # a runaway file must not eat our memory
 
-__all__ = ["BACKWARD_NOTE", "HOOK_FILE_NAME", "load_event", "read_hook_file"]
+__all__ = ["ALL_COUNTED_NOTE", "BACKWARD_NOTE", "HOOK_FILE_NAME", "load_event", "read_hook_file"]
 
 #: What a trial timed at its backward() calls says (its reason, in the report and status).
 BACKWARD_NOTE = "steps timed at backward(): the script steps no torch.optim optimizer"
+#: What a trial says when the emulated card counted every step it was timed by (a run no longer
+#: than the card counts, or a script with no optimizer step: the card stops at optimizer steps).
+ALL_COUNTED_NOTE = "every timed step was counted by the emulated card, so its bookkeeping is in the step time"
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,11 @@ def read_hook_file(path: Path) -> TrialMetrics:
         longest: list[_Step] = max(steps.values(), key=len)
         series = sorted(longest, key=lambda s: s.step)
         metrics.step_times_s = [s.time_s for s in series]
-        times = [s.time_s for s in _steady(series)]
+        steady = _steady(series)
+        times = [s.time_s for s in steady]
         metrics.step_time_s, metrics.step_time_spread_s = steady_state(times, 0)
+        if steady and all(s.counted for s in steady):
+            metrics.timing_note = "; ".join(n for n in (metrics.timing_note, ALL_COUNTED_NOTE) if n)
         metrics.steps_run = len(series)
         metrics.steady_steps = len(times)
         metrics.samples_per_step = _samples_per_step(steps.values())
