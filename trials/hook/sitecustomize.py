@@ -90,6 +90,10 @@ def _batch_size(batch, torch, depth=0):
     return None
 
 
+def _non_finite(value: float) -> bool:
+    return value != value or value in (float("inf"), float("-inf"))
+
+
 class _Recorder:
     """Writes the step, card and exit events; turns itself off at the first failure."""
 
@@ -143,8 +147,29 @@ class _Recorder:
         self.pending_losses = []
         if not values:
             return None
-        bad = [v for v in values if v != v or v in (float("inf"), float("-inf"))]
+        bad = [v for v in values if _non_finite(v)]
         return bad[0] if bad else values[-1]
+
+    def _elapsed(self, since: float) -> float:
+        """Seconds since ``since``, once the GPU's queued work is done (a CUDA synchronize)."""
+        if self._cuda_in_use():
+            self.torch.cuda.synchronize()
+        return self.time.perf_counter() - since
+
+    def _event(self, kind: str, number: int, seconds: float, loss: float | None, samples: int) -> dict:
+        """A timed line (``step`` or ``backward``): its number, time, memory, loss, samples."""
+        record: dict[str, object] = {
+            "event": kind,
+            kind: number,
+            "t": self.time.time(),
+            "step_time_s": seconds,
+        }
+        record.update(self._memory())
+        record["loss"] = loss
+        record["samples"] = samples if self.loader_seen else None
+        record["counted"] = self.card is not None
+        record["pid"] = os.getpid()
+        return record
 
     def _write(self, record: dict[str, object]) -> None:
         import json
@@ -163,21 +188,9 @@ class _Recorder:
         if not self.enabled:
             return
         try:
-            if self._cuda_in_use():
-                self.torch.cuda.synchronize()
-            now = self.time.perf_counter()
+            seconds = self._elapsed(self.last)
             self.steps += 1
-            record: dict[str, object] = {
-                "event": "step",
-                "step": self.steps,
-                "t": self.time.time(),
-                "step_time_s": now - self.last,
-            }
-            record.update(self._memory())
-            record["loss"] = self._loss()
-            record["samples"] = self.samples if self.loader_seen else None
-            record["counted"] = self.card is not None
-            record["pid"] = os.getpid()
+            record = self._event("step", self.steps, seconds, self._loss(), self.samples)
             self.samples = 0
             self._write(record)
             if self.card is not None and self.count_steps and self.steps >= self.count_steps:
@@ -203,26 +216,14 @@ class _Recorder:
     def _backward_event(self, loss) -> None:
         """One ``backward`` line: the time since the previous backward() (one whole iteration of a
         script that updates its weights by hand), the memory, this call's loss."""
-        if self._cuda_in_use():
-            self.torch.cuda.synchronize()
-        now = self.time.perf_counter()
+        seconds = self._elapsed(self.last_backward)
         self.backwards += 1
         value = float(loss) if loss is not None else None
-        if value is not None and (value != value or value in (float("inf"), float("-inf"))):
+        if value is not None and _non_finite(value):
             self.bad_loss = self.bad_loss if self.bad_loss is not None else loss
         # Read now: keep only what the first step's loss needs (a non-finite one wins, else the last).
         self.pending_losses = [t for t in (self.bad_loss, loss) if t is not None]
-        record: dict[str, object] = {
-            "event": "backward",
-            "backward": self.backwards,
-            "t": self.time.time(),
-            "step_time_s": now - self.last_backward,
-        }
-        record.update(self._memory())
-        record["loss"] = value
-        record["samples"] = self.samples - self.backward_samples if self.loader_seen else None
-        record["counted"] = self.card is not None
-        record["pid"] = os.getpid()
+        record = self._event("backward", self.backwards, seconds, value, self.samples - self.backward_samples)
         self.backward_samples = self.samples
         self._write(record)
         self.last_backward = self.time.perf_counter()
