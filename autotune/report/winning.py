@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -19,15 +21,22 @@ def adapter_for(report: Report) -> TrainerAdapter:
     """The sweep's adapter, rebuilt with the trainer options it ran with (e.g. ``trainer_dir``), and
     run from the folder the trials ran in (``launch_cwd``), never from where ``report`` runs. Built
     once per report (an error too: it raises again)."""
-    if "adapter" not in report.on_disk:
-        try:
-            report.on_disk["adapter"] = _build_adapter(report)
-        except AutotuneError as exc:
-            report.on_disk["adapter"] = exc
-    adapter = report.on_disk["adapter"]
-    if isinstance(adapter, AutotuneError):
-        raise adapter
+    adapter: TrainerAdapter = _once(report, "adapter", lambda: _build_adapter(report))
     return adapter
+
+
+def _once(report: Report, key: str, make: Callable[[], Any]) -> Any:
+    """``make()`` the first time a report asks for ``key``, kept on the report (``on_disk``); what it
+    raised (the adapter or config errors, an OS error) is kept too and raised again."""
+    if key not in report.on_disk:
+        try:
+            report.on_disk[key] = make()
+        except (AutotuneError, OSError) as exc:
+            report.on_disk[key] = exc
+    value = report.on_disk[key]
+    if isinstance(value, BaseException):
+        raise value
+    return value
 
 
 def _build_adapter(report: Report) -> TrainerAdapter:
@@ -105,15 +114,8 @@ def load_baseline(report: Report) -> tuple[TrainerAdapter, Baseline]:
     """The adapter and the baseline config the sweep started from, as it is on disk now: read once
     per report (why it could not be read too: it raises again)."""
     adapter = adapter_for(report)
-    if "baseline" not in report.on_disk:
-        try:
-            path = Path(report.config_path) if report.config_path else None
-            report.on_disk["baseline"] = adapter.load_baseline(path)
-        except (AutotuneError, OSError) as exc:
-            report.on_disk["baseline"] = exc
-    baseline = report.on_disk["baseline"]
-    if isinstance(baseline, BaseException):
-        raise baseline
+    path = Path(report.config_path) if report.config_path else None
+    baseline: Baseline = _once(report, "baseline", lambda: adapter.load_baseline(path))
     return adapter, baseline
 
 

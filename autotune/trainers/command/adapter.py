@@ -92,6 +92,11 @@ def _given_baseline(given: Any, known: Sequence[str]) -> dict[str, Any]:
     return {str(k): v for k, v in given.items()}
 
 
+def _study_value(param: str, value: Any, declared: Sequence[str]) -> Any:
+    """A baseline value as the study stores it (a quantization or declared knob's by its text)."""
+    return to_study_value(value) if param in ("quantization", *declared) else value
+
+
 def _has_key(data: Any, key: str) -> bool:
     missing = object()
     return isinstance(data, Mapping) and get_dotted(data, key, missing) is not missing
@@ -205,7 +210,7 @@ class CommandAdapter(TrainerAdapter):
                     f"--baseline {param}={self.given[param]} and {baseline.path}: {key} both give the "
                     f"baseline's {param}; keep one of them"
                 )
-            out[param] = to_study_value(value) if param in ("quantization", *self.declared) else value
+            out[param] = _study_value(param, value, self.declared)
         unused = [n for n in self.given if n not in self.knobs_in_play(baseline, list(self.given))]
         if unused:
             raise UsageError(
@@ -214,7 +219,7 @@ class CommandAdapter(TrainerAdapter):
                 f"or put {{{unused[0]}}} where your script takes it"
             )
         for param, value in self.given.items():
-            out[param] = to_study_value(value) if param in ("quantization", *self.declared) else value
+            out[param] = _study_value(param, value, self.declared)
         return out
 
     def knob_location(self, baseline: Baseline, param: str) -> str:
