@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from autotune.trainers.kit.readers.hookfile import BACKWARD_NOTE
-from tests.helpers import FAKES, autotune_argv, cli_env
+from tests.helpers import FAKES, cli_env, run_cli
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.process, pytest.mark.untimed, pytest.mark.timeout(600)]
@@ -33,9 +33,8 @@ TEMPLATE = (
 )
 
 
-def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = cli_env(drop=("AUTOTUNE_",), keep_pythonpath=False)
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=500)
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=cwd, env=cli_env(drop=("AUTOTUNE_",), keep_pythonpath=False), timeout=500)
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +42,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("manual-sgd")
     runs = tmp / "runs"
     done = _run(
-        [*autotune_argv("sweep"), "--workdir", str(runs), "--cmd", TEMPLATE, "--vram-gb", "1",
-         "--batch-sizes", "2,4,8", "--max-trials", "3"],
-        tmp,
+        "sweep", "--workdir", str(runs), "--cmd", TEMPLATE, "--vram-gb", "1", "--batch-sizes", "2,4,8",
+        "--max-trials", "3", cwd=tmp,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    shown = _run(
-        [*autotune_argv("report"), "--storage", f"sqlite:///{runs / 'studies.db'}", "--format", "json"], tmp
-    )
+    shown = _run("report", "--storage", f"sqlite:///{runs / 'studies.db'}", "--format", "json", cwd=tmp)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     return dict(json.loads(shown.stdout))
 
