@@ -78,7 +78,8 @@ def test_an_escaped_grandchilds_memory_counts_against_the_host_line(tmp_path: Pa
     pids = announced_pids(result)
     with killed_afterwards(list(pids.values())):
         assert result.end_reason == "host ram", (result.end_reason, result.peak_host_rss_gb)
-        assert result.peak_host_rss_gb > 0.25
+        # counted (the tree alone holds a few MB), though the trial may end before all 300 MB are in
+        assert result.peak_host_rss_gb > 0.2
         assert result.wall_s < 30
         assert explain_of(result, host_over_gb=0.2).outcome.value == "host_oom"
         assert not alive(pids["daemon"])
