@@ -160,9 +160,12 @@ def bisect_gap(
 ) -> Candidate:
     """The next speed probe once a family's memory limit is known: in the gap between measured
     batches that holds the member with the highest speed bound, the member nearest the gap's middle
-    (by place on the batch grid). Bisection, not a walk from the gap's end: a run in the middle
-    bounds both halves (the secants from wider-spaced points are tighter under noise), so a gap
-    of n batches takes O(log n) runs, not n (batch 64 fits, 33..63 could win: 48 first, not 63)."""
+    in log space (the geometric mean of its ends). Bisection, not a walk from the gap's end: a run in
+    the middle bounds both halves (the secants from wider-spaced points are tighter under noise), so
+    a gap of n batches takes O(log n) runs, not n (32 and 64 measured, 33..63 could win: 45 first, not 63).
+    In log space because batch sizes act by ratios: throughput saturates in log batch, and the
+    middle of two powers of two is a power of two (2..8: 4, not 5), the batch least likely to sit
+    in a dip of a card that runs unaligned batches slower, so its secants bound the most."""
     space = grid.space
     top = max(members, key=lambda c: (bounds.get(c, math.inf), space.batch(c)))
     b = space.batch(top)
@@ -171,10 +174,9 @@ def bisect_gap(
     gap = [c for c in members if lo < space.batch(c) and (hi is None or space.batch(c) < hi)]
     if hi is None or len(gap) <= 2:
         return top
-    place = {x: i for i, x in enumerate(grid.batches)}
-    lo_i = place.get(lo, -1)
-    middle = (lo_i + place[hi]) / 2
-    return min(gap, key=lambda c: (abs(place[space.batch(c)] - middle), -bounds.get(c, math.inf)))
+    bottom = lo if lo > 0 else grid.batches[0] / 2  # nothing measured below: half the smallest batch
+    middle = math.log(bottom * hi) / 2
+    return min(gap, key=lambda c: (abs(math.log(space.batch(c)) - middle), -bounds.get(c, math.inf)))
 
 
 def memory_line(
