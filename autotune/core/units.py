@@ -55,6 +55,20 @@ def plain(x: float, digits: int = 3) -> str:
     return f"{x:.{decimals}f}"
 
 
+def step_time(step_s: float, spread_s: float | None = None) -> str:
+    """A step time and its spread in one unit: ``0.520 s ± 0.010``; under 10 ms (a small script's
+    step) in milliseconds, ``4.20 ms ± 0.029`` (in seconds that spread read ``± 2.9e-05``, or
+    ``0.0000`` at 4 decimals)."""
+    scale, unit = (1000.0, "ms") if step_s < 0.01 else (1.0, "s")
+    head = f"{plain(step_s * scale)} {unit}"
+    if spread_s is None:
+        return head
+    spread = plain(spread_s * scale, 2)
+    if spread_s > 0 and float(spread) == 0:
+        spread = "< 0.0001"
+    return f"{head} ± {spread}"
+
+
 def format_gb(gb: float, unit: str = "GB") -> str:
     """Memory for people: ``45.68 GB``; below 1 GB in MiB (``28.2 MiB``), so an emulated demo card
     and a small allocation do not read as ``0.00 GB``."""

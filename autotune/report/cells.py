@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.core.units import format_gb
+from autotune.core.units import format_gb, step_time
 from autotune.core.verdict import fit_limit_gb, peak_disagreement, speed_disagreement
 from autotune.report.model import (
     WINNER_UNMEASURED,
@@ -39,10 +39,9 @@ def _card_line(r: Report) -> str:
 
 
 def _measure_line(row: TrialRow) -> str:
-    return (
-        f"{_fmt(row.get('samples_per_s'))} samples/s, {_fmt(row.get('step_time_s'))} s/step, "
-        f"peak {_size(row.get('peak_vram_gb'))}"
-    )
+    st = row.get("step_time_s")
+    step = step_time(st) if isinstance(st, (int, float)) else "— s"
+    return f"{_fmt(row.get('samples_per_s'))} samples/s, {step}/step, peak {_size(row.get('peak_vram_gb'))}"
 
 
 def _size(gb: object) -> str:
@@ -182,7 +181,7 @@ def _step_cell(row: TrialRow) -> str:
     if st is None:
         return "—"
     sp = row.get("step_time_spread_s")
-    return f"{_fmt(st)} s ± {_fmt(sp, 2)}" if sp is not None else f"{_fmt(st)} s (spread unknown)"
+    return step_time(st, sp) if sp is not None else f"{step_time(st)} (spread unknown)"
 
 
 def _peak_cells(r: Report, row: TrialRow) -> tuple[str, str, str]:

@@ -18,7 +18,7 @@ from autotune.core.metrics import TrialMetrics
 from autotune.core.outcome import Outcome, bare
 from autotune.core.record import TrialRecord
 from autotune.core.timing import too_short_text
-from autotune.core.units import format_gb, plain
+from autotune.core.units import format_gb, plain, step_time
 from autotune.core.verdict import Judgement, RunEnd, judge
 from autotune.execution.runner import RunResult
 from autotune.trainers.base import TrainerAdapter
@@ -150,11 +150,13 @@ FIT_WORDS = {True: "fits", False: "over the headroom", None: "fit not measured (
 
 
 def step_text(record: TrialRecord) -> str:
-    """``step 0.52 s ± 0.01`` (``spread unknown`` for a single figure); empty without a step time."""
+    """``step 0.520 s ± 0.010`` (``spread unknown`` for a single figure); empty without a step time."""
     step, spread = record.step_time_s, record.step_time_spread_s
     if step is None:
         return "spread unknown" if record.spread_unknown else ""
-    return f"step {step:.3g} s ± {spread:.2g}" if spread is not None else f"step {step:.3g} s, spread unknown"
+    return (
+        f"step {step_time(step, spread)}" if spread is not None else f"step {step_time(step)}, spread unknown"
+    )
 
 
 def busy_text(reason: str, measured: bool) -> str:

@@ -46,7 +46,7 @@ def test_a_finished_trials_line_shows_plain_digits_and_its_own_length_as_informa
         {"outcome": "ok", "samples_per_s": 3771.4, "step_time_s": 0.0042, "fits": None,
          "steps_run": 14, "steps": 50}
     )  # fmt: skip
-    assert line.startswith("ok: 3771 samples/s (step 0.0042 s, spread unknown)")
+    assert line.startswith("ok: 3771 samples/s (step 4.20 ms, spread unknown)")
     assert "e+0" not in line
     assert line.endswith("; ran 14 steps (50 asked)")
     assert "not the" not in line
