@@ -312,9 +312,8 @@ def test_a_sweep_beside_a_busy_process_flags_its_trials_with_their_spread(
     text, folder, _ = busy_unmeasured_sweep
     finished = [ln for ln in text.splitlines() if ln.startswith("trial ") and " ok: " in ln]
     assert all("HOST BUSY, its speed is suspect: other processes used" in ln for ln in finished), finished
-    assert all(re.search(r" m?s ± ", ln) for ln in finished), (
-        finished
-    )  # every trial: a step time and its spread
+    # every trial: a step time and its spread (in ms under 10 ms)
+    assert all(re.search(r" m?s ± ", ln) for ln in finished), finished
     doc = json.loads((folder / "report.json").read_text())
     for t in doc["trials"]:
         assert "CPU cores on average" in t["busy_host"]
